@@ -1,0 +1,53 @@
+"""Errors raised on bad input, and the atomic file writes every output goes through.
+
+Every problem with what a user handed us (a missing file, malformed XML, an unknown GPU id)
+raises :class:`InputError` with a one-line message naming the problem. The CLI turns it into
+``interplace: error: <message>`` on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+__all__ = ["InputError", "atomic_write"]
+
+
+class InputError(ValueError):
+    """Bad input from a user: the message is one line that names the problem.
+
+    >>> str(InputError("no GPU 9 in topology 'p4d' (GPUs: 0..7)"))
+    "no GPU 9 in topology 'p4d' (GPUs: 0..7)"
+    """
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[str] | IO[bytes]]:
+    """Open a temporary file beside ``path`` and rename it onto ``path`` only on success.
+
+    If the body raises, the temporary file is removed and ``path`` is left untouched, so a
+    failed command never leaves a partial output file behind.
+
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> with atomic_write(d / "out.txt") as f:
+    ...     _ = f.write("hello")
+    >>> (d / "out.txt").read_text()
+    'hello'
+    """
+    target = Path(path)
+    if not target.parent.exists():
+        raise InputError(f"output directory does not exist: {target.parent}")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, mode) as fh:
+            yield fh
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,122 @@
+"""Machine topology: GPUs, PCIe switches, host bridges, sockets, NICs and NVLink as a graph.
+
+A :class:`Topology` wraps a networkx graph and answers what the model and the placement
+engine need: :meth:`~Topology.connection` (the ``nvidia-smi topo -m`` class of a GPU pair),
+:meth:`~Topology.path` with its bottleneck bandwidth, and :meth:`~Topology.domains`, the
+shared contention domains a set of GPUs uses.
+
+Sources, each its own module: ``nvidia-smi topo -m`` text (:mod:`.nvsmi`), NCCL topology
+XML (:mod:`.nccl`), hwloc XML (:mod:`.hwloc`), live NVML + sysfs discovery
+(:mod:`.discover`) and built-ins (:mod:`.builtins`). :func:`load` picks the right one.
+
+>>> t = load("p4d")
+>>> len(t.gpus()), t.numa_nodes, t.pcie_switches
+(8, 2, 4)
+>>> t.connection("0", "1"), t.connection("0", "2"), t.connection("0", "4")
+('NV12', 'NV12', 'NV12')
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path as _FsPath
+
+from interplace.errors import InputError
+from interplace.topology._graph import (
+    CONNECTION_ORDER,
+    Domain,
+    DomainKind,
+    EdgeKind,
+    Gpu,
+    Link,
+    NodeKind,
+    Path,
+    Topology,
+    TopologyBuilder,
+    cluster,
+    natural_key,
+)
+from interplace.topology._units import pcie_gbps
+from interplace.topology.builtins import BUILTINS, builtin, builtin_names
+
+__all__ = [
+    "BUILTINS",
+    "CONNECTION_ORDER",
+    "Domain",
+    "DomainKind",
+    "EdgeKind",
+    "Gpu",
+    "Link",
+    "NodeKind",
+    "Path",
+    "Topology",
+    "TopologyBuilder",
+    "builtin",
+    "builtin_names",
+    "cluster",
+    "detect_format",
+    "load",
+    "natural_key",
+    "pcie_gbps",
+]
+
+#: Formats :func:`load` understands, by the name ``--format`` takes.
+FORMATS = ("nvidia-smi", "nccl", "hwloc")
+
+
+def detect_format(text: str) -> str:
+    """Guess the format of a topology document from its content.
+
+    >>> detect_format("<system version='1'><cpu/></system>")
+    'nccl'
+    >>> detect_format("\\tGPU0\\tGPU1\\nGPU0\\t X \\tPHB\\n")
+    'nvidia-smi'
+    """
+    head = text.lstrip("\ufeff \t\r\n")[:4096]
+    if head.startswith("<"):
+        low = head.lower()
+        if "<topology" in low:
+            return "hwloc"
+        if "<system" in low:
+            return "nccl"
+        raise InputError("XML document is neither an NCCL <system> nor an hwloc <topology>")
+    if "GPU0" in head:
+        return "nvidia-smi"
+    raise InputError(
+        "unrecognised topology format: expected nvidia-smi topo -m text, NCCL XML or hwloc XML"
+    )
+
+
+def load(spec: str | os.PathLike[str], format: str = "auto") -> Topology:
+    """A topology from a file (any supported format) or a built-in name (``"p4d"``, ``"p4d*4"``).
+
+    A path that exists is read as a file; otherwise ``spec`` must name a built-in. ``format``
+    is ``"auto"`` (sniff the content) or one of ``"nvidia-smi"``, ``"nccl"``, ``"hwloc"``.
+    """
+    path = _FsPath(spec)
+    if not path.exists():
+        name = str(spec)
+        if os.sep in name or name.endswith((".xml", ".txt")):
+            raise InputError(f"no such file: {name}")
+        return builtin(name)
+    if path.is_dir():
+        raise InputError(f"{path} is a directory, not a topology file")
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror}") from None
+    fmt = detect_format(text) if format == "auto" else format
+    name = path.stem
+    if fmt == "nvidia-smi":
+        from interplace.topology.nvsmi import from_nvidia_smi
+
+        return from_nvidia_smi(text, name=name)
+    if fmt == "nccl":
+        from interplace.topology.nccl import from_nccl_xml
+
+        return from_nccl_xml(text, name=name)
+    if fmt == "hwloc":
+        from interplace.topology.hwloc import from_hwloc_xml
+
+        return from_hwloc_xml(text, name=name)
+    raise InputError(f"unknown topology format {format!r} (formats: auto, {', '.join(FORMATS)})")
