@@ -169,7 +169,7 @@ def test_build_needs_a_gpu_and_a_numa_node() -> None:
 def test_topology_rejects_a_pcie_cycle_and_unknown_kinds() -> None:
     g = nx.Graph(two_level_machine().graph)
     g.add_edge("gpu:0", "gpu:2", kind="pcie", bandwidth=1.0)
-    with pytest.raises(InputError, match="cycle|tree"):
+    with pytest.raises(InputError, match=r"cycle|tree"):
         Topology(g)
     g2 = nx.Graph(two_level_machine().graph)
     g2.nodes["gpu:0"]["kind"] = "toaster"

@@ -105,7 +105,9 @@ def natural_key(s: str) -> tuple[Any, ...]:
 
 def _positive_bandwidth(value: float, what: str) -> float:
     if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-        raise InputError(f"{what}: bandwidth must be a positive finite number of GB/s, got {value!r}")
+        raise InputError(
+            f"{what}: bandwidth must be a positive finite number of GB/s, got {value!r}"
+        )
     return float(value)
 
 
@@ -219,7 +221,9 @@ class Topology:
             if d["kind"] == NodeKind.GPU:
                 gid = d.get("gpu_id")
                 if not isinstance(gid, str) or gid in self._gpu_node:
-                    raise InputError(f"topology {name!r}: GPU vertex {n} has a missing or duplicate id")
+                    raise InputError(
+                        f"topology {name!r}: GPU vertex {n} has a missing or duplicate id"
+                    )
                 Gpu(id=gid, node=n)  # validates the id
                 self._gpu_node[gid] = n
         self._gpu_ids = sorted(self._gpu_node, key=natural_key)
@@ -244,7 +248,7 @@ class Topology:
         for u, v, d in g.edges(data=True):
             if d.get("kind") not in ekinds:
                 raise InputError(f"edge {u}-{v} has unknown kind {d.get('kind')!r}")
-            _positive_bandwidth(d.get("bandwidth"), f"edge {u}-{v}")  # type: ignore[arg-type]
+            _positive_bandwidth(d.get("bandwidth"), f"edge {u}-{v}")
 
     @staticmethod
     def _pcie_forest(g: nx.Graph) -> tuple[dict[str, str], dict[str, str]]:
@@ -384,7 +388,7 @@ class Topology:
                 j = up_b.index(n)
                 return up_a[: i + 1] + list(reversed(up_b[:j]))
         node = f"{self._prefix(a)}node"
-        return up_a + [node] + list(reversed(up_b))
+        return [*up_a, node, *reversed(up_b)]
 
     def _prefix(self, n: str) -> str:
         m = self._machine(n)
@@ -439,7 +443,7 @@ class Topology:
         elif conn == "NET":
             nic_a, nic_b = self._nic_for(na), self._nic_for(nb)
             net = next(iter(set(self._graph.neighbors(nic_a)) & set(self._graph.neighbors(nic_b))))
-            nodes = self._tree_route(na, nic_a) + [net] + self._tree_route(nic_b, nb)
+            nodes = [*self._tree_route(na, nic_a), net, *self._tree_route(nic_b, nb)]
             nodes = [n for i, n in enumerate(nodes) if i == 0 or n != nodes[i - 1]]
         elif conn.startswith("NV"):
             route = self._nv_route(na, nb)
@@ -495,13 +499,14 @@ class Topology:
                 if kind == NodeKind.GPU:
                     use(f"gpu:{g.nodes[n]['gpu_id']}", DomainKind.GPU, None, [g.nodes[n]["gpu_id"]])
                 elif kind == NodeKind.HOST_BRIDGE:
-                    par = self._parent.get(n)
-                    bw = float(g.edges[n, par]["bandwidth"]) if par else None
+                    up = self._parent.get(n)
+                    bw = float(g.edges[n, up]["bandwidth"]) if up else None
                     use(f"host_bridge:{n}", DomainKind.HOST_BRIDGE, bw, who)
                 elif kind == NodeKind.NUMA:
                     use(f"socket:{n}", DomainKind.SOCKET, None, who)
                 elif kind == NodeKind.NODE:
-                    bw = min((float(g.edges[n, x]["bandwidth"]) for x in g.neighbors(n)), default=None)
+                    bw = min((float(g.edges[n, x]["bandwidth"]) for x in g.neighbors(n)),
+                             default=None)
                     use(f"smp:{n}", DomainKind.SMP, bw, who)
                 elif kind == NodeKind.NVSWITCH:
                     use(f"nvswitch:{n}", DomainKind.NVSWITCH, None, who)
@@ -705,7 +710,7 @@ def cluster(machine: Topology, n: int, name: str | None = None) -> Topology:
         m = f"n{k}"
         mapping = {v: f"{m}/{v}" for v in machine.graph.nodes}
         part = nx.relabel_nodes(nx.Graph(machine.graph), mapping, copy=True)
-        for v, d in part.nodes(data=True):
+        for _, d in part.nodes(data=True):
             d["machine"] = m
             if d["kind"] == NodeKind.GPU:
                 d["gpu_id"] = f"{m}:{d['gpu_id']}"

@@ -1,0 +1,136 @@
+"""The interplace command line: output shapes, plots, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from interplace.cli import main
+
+FIXTURES = Path(__file__).parent / "fixtures" / "topology"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_topo_text_is_an_nvidia_smi_matrix(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "topo", "pcie-8gpu")
+    assert code == 0 and err == ""
+    assert "pcie-8gpu: 8 GPUs" in out
+    row0 = next(line for line in out.splitlines() if line.startswith("GPU0"))
+    assert row0.split("\t")[1:5] == [" X ", "PIX", "PHB", "PHB"]
+    assert "Legend:" in out
+
+
+def test_topo_json_has_the_documented_shape(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "topo", "pcie-8gpu", "--json")
+    assert code == 0
+    j = json.loads(out)
+    assert j["gpus"] == [str(i) for i in range(8)]
+    assert (j["numa_nodes"], j["pcie_switches"]) == (2, 4)
+    assert j["nvlinks"] == []
+    assert len(j["gpu_pairs"]) == 28
+    assert (j["gpu_pairs"]["0,1"], j["gpu_pairs"]["0,2"], j["gpu_pairs"]["0,4"]) == (
+        "PIX", "PHB", "SYS")
+    assert all({"name", "kind", "gpus", "bandwidth_gbps"} <= set(d) for d in j["domains"])
+
+
+def test_topo_json_lists_nvlinks_as_triples(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run(capsys, "topo", "dgx1-v100", "--json")
+    assert ["0", "3", 2] in json.loads(out)["nvlinks"]
+
+
+def test_topo_reads_a_real_nccl_file(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "topo", str(FIXTURES / "p4d-24xl-topo.xml"), "--json")
+    assert code == 0
+    j = json.loads(out)
+    assert len(j["gpus"]) == 8 and j["numa_nodes"] == 2 and j["pcie_switches"] == 4
+    assert (j["gpu_pairs"]["0,1"], j["gpu_pairs"]["0,2"], j["gpu_pairs"]["0,4"]) == (
+        "PIX", "PHB", "SYS")
+
+
+def test_topo_plot_writes_a_png(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out_png = tmp_path / "p4d.png"
+    code, _, _ = run(capsys, "topo", "p4d*2", "--plot", str(out_png))
+    assert code == 0
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert list(tmp_path.iterdir()) == [out_png]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["topo", "/no/such/file.xml"], "no such file: /no/such/file.xml"),
+        (["topo", "dgx-z9000"], "unknown built-in topology 'dgx-z9000'"),
+        (["topo"], "needs a FILE"),
+        (["topo", "p4d", "--record", "x"], "--record only works with --discover"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("interplace: error: ")
+    assert message in err
+
+
+def test_malformed_xml_leaves_no_plot_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.xml"
+    bad.write_text("<system><cpu numaid='0'><pci busid='0000:01:00.0'></system>")
+    plot = tmp_path / "out.png"
+    code, _, err = run(capsys, "topo", str(bad), "--plot", str(plot))
+    assert code == 2 and "malformed XML" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.xml"]
+
+
+def test_plot_with_a_bad_suffix_or_directory_fails_cleanly(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, _, err = run(capsys, "topo", "p4d", "--plot", str(tmp_path / "x.gif"))
+    assert code == 2 and ".png, .svg or .pdf" in err
+    code, _, err = run(capsys, "topo", "p4d", "--plot", str(tmp_path / "missing" / "x.png"))
+    assert code == 2 and "output directory does not exist" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_demo_does_real_work_and_writes_its_plot(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, _ = run(capsys, "demo", "--out", str(tmp_path))
+    assert code == 0
+    assert "dgx1-v100: 8 GPUs" in out
+    assert "GPUs {0,1}: connections NV1" in out
+    assert "smp" in out and "network" in out
+    assert (tmp_path / "dgx1-v100.png").stat().st_size > 10_000
+
+
+def test_demo_on_another_builtin(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, _ = run(capsys, "demo", "--topology", "pcie-8gpu", "--out", str(tmp_path))
+    assert code == 0
+    assert "GPUs {0,1}: connections PIX" in out
+    assert "uplink:sw:0.0" in out
+
+
+@pytest.mark.skipif(shutil.which("interplace") is None, reason="console script not installed")
+def test_console_script_reports_errors_without_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "topo.txt"
+    bad.write_text("this is not a topology\n")
+    proc = subprocess.run(["interplace", "topo", str(bad)], capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("interplace: error: unrecognised topology format")
+    help_ = subprocess.run(["interplace", "topo", "--help"], capture_output=True, text=True,
+                           check=False)
+    assert help_.returncode == 0 and "--discover" in help_.stdout
