@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from interplace.cli import main
+from interplace.errors import InputError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "topology"
 
@@ -122,15 +124,50 @@ def test_demo_on_another_builtin(capsys: pytest.CaptureFixture[str], tmp_path: P
     assert "uplink:sw:0.0" in out
 
 
-@pytest.mark.skipif(shutil.which("interplace") is None, reason="console script not installed")
+SCRIPT = Path(sys.executable).parent / "interplace"
+
+
+@pytest.mark.skipif(not SCRIPT.exists() and shutil.which("interplace") is None,
+                    reason="console script not installed")
 def test_console_script_reports_errors_without_traceback(tmp_path: Path) -> None:
+    exe = str(SCRIPT) if SCRIPT.exists() else "interplace"
     bad = tmp_path / "topo.txt"
     bad.write_text("this is not a topology\n")
-    proc = subprocess.run(["interplace", "topo", str(bad)], capture_output=True, text=True,
+    proc = subprocess.run([exe, "topo", str(bad)], capture_output=True, text=True,
                           check=False)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.startswith("interplace: error: unrecognised topology format")
-    help_ = subprocess.run(["interplace", "topo", "--help"], capture_output=True, text=True,
+    help_ = subprocess.run([exe, "topo", "--help"], capture_output=True, text=True,
                            check=False)
     assert help_.returncode == 0 and "--discover" in help_.stdout
+
+
+def test_topo_replays_a_recorded_discovery(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from interplace.topology.discover import ReplayBackend, record_discovery
+
+    from .topology.test_discover import make_sysfs, replay_doc
+
+    root = make_sysfs(tmp_path / "sys")
+    record_discovery(tmp_path / "rec", ReplayBackend(replay_doc()), sysfs_root=root)
+    code, out, err = run(capsys, "topo", str(tmp_path / "rec"), "--json")
+    assert (code, err) == (0, "")
+    assert json.loads(out)["gpu_pairs"] == {"0,1": "NV2", "0,2": "SYS", "1,2": "SYS"}
+
+
+def test_topo_discover_without_a_driver_is_a_clear_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from interplace.topology.discover import PynvmlBackend
+
+    try:
+        with PynvmlBackend():
+            pytest.skip("NVML works here: this test is about machines without a driver")
+    except InputError:
+        pass
+    code, out, err = run(capsys, "topo", "--discover", "--record", str(tmp_path / "rec"))
+    assert code == 2 and out == ""
+    assert err.startswith("interplace: error: NVML is not available")
+    assert not (tmp_path / "rec").exists()

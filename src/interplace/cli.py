@@ -28,13 +28,11 @@ def _topology_from_args(args: argparse.Namespace) -> Topology:
     from interplace.topology import load
 
     if args.discover:
-        from interplace.topology.discover import PynvmlBackend, discover
+        from interplace.topology.discover import PynvmlBackend, discover, record_discovery
 
         with PynvmlBackend() as nvml:
             if args.record:
-                from interplace.topology.discover import record_discovery
-
-                record_discovery(nvml, args.record)
+                record_discovery(args.record, nvml)
             return discover(nvml)
     if args.spec is None:
         raise InputError("topo needs a FILE or built-in name, or --discover")
@@ -81,7 +79,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     topo = builtin(args.topology)
     w(_summary(topo) + "\n" + to_nvidia_smi(topo) + "\n")
     gpus = topo.gpus()
-    sets: list[list[str]] = [gpus[:2], [gpus[0], gpus[len(gpus) // 2]], gpus[: len(gpus) // 2]]
+    far = next((g for g in gpus if topo.connection(gpus[0], g) == "SYS"), gpus[-1])
+    sets: list[list[str]] = [gpus[:2], [gpus[0], far], gpus[: len(gpus) // 2]]
     w("Shared contention domains of a few GPU sets (resources two or more of them use):\n")
     for s in sets:
         w(_describe_set(topo, s))

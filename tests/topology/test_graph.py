@@ -203,3 +203,19 @@ def test_natural_key_and_pcie_bandwidth() -> None:
     assert pcie_gbps(16.0, 16) == pytest.approx(31.5077, rel=1e-4)
     with pytest.raises(InputError):
         pcie_gbps(8.0, 0)
+
+
+def test_nvlink_needs_gpu_ends() -> None:
+    b = TopologyBuilder()
+    s = b.add_numa(0)
+    hb = b.add_host_bridge(s)
+    g = b.add_gpu("0", hb)
+    nic = b.add_nic("x", hb)
+    f1, f2 = b.add_nvswitch("a"), b.add_nvswitch("b")
+    for other in (s, nic):
+        with pytest.raises(InputError, match="needs two GPUs"):
+            b.add_nvlink(g, other, 2)
+    with pytest.raises(InputError, match="needs two GPUs"):
+        b.add_nvlink(f1, f2, 2)
+    with pytest.raises(InputError, match="already be in"):
+        b.add_nvlink(g, "gpu:99", 1)

@@ -88,9 +88,11 @@ def detect_format(text: str) -> str:
 
 
 def load(spec: str | os.PathLike[str], format: str = "auto") -> Topology:
-    """A topology from a file (any supported format) or a built-in name (``"p4d"``, ``"p4d*4"``).
+    """A topology from a file, a recording, or a built-in name (``"p4d"``, ``"p4d*4"``).
 
-    A path that exists is read as a file; otherwise ``spec`` must name a built-in. ``format``
+    A path that exists is read as a file, or, for a directory written by
+    ``interplace topo --discover --record DIR``, replayed; otherwise ``spec`` must name a
+    built-in. ``format``
     is ``"auto"`` (sniff the content) or one of ``"nvidia-smi"``, ``"nccl"``, ``"hwloc"``.
     """
     path = _FsPath(spec)
@@ -100,7 +102,11 @@ def load(spec: str | os.PathLike[str], format: str = "auto") -> Topology:
             raise InputError(f"no such file: {name}")
         return builtin(name)
     if path.is_dir():
-        raise InputError(f"{path} is a directory, not a topology file")
+        if (path / "nvml.json").is_file():
+            from interplace.topology.discover import replay_discovery
+
+            return replay_discovery(path)
+        raise InputError(f"{path} is a directory, not a topology file or a --record directory")
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:

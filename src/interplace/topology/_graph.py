@@ -663,9 +663,11 @@ class TopologyBuilder:
         """``links`` bonded NVLinks between two GPU vertices, or a GPU and the NVSwitch fabric."""
         if links <= 0:
             raise InputError(f"NVLink {a}-{b}: link count must be positive, got {links}")
-        kinds = {self.graph.nodes[x]["kind"] for x in (a, b) if x in self.graph}
-        if len(kinds & {NodeKind.GPU, NodeKind.NVSWITCH}) == 0 or not {a, b} <= set(self.graph):
-            raise InputError(f"NVLink {a}-{b}: both ends must be GPUs or an NVSwitch")
+        if not {a, b} <= set(self.graph):
+            raise InputError(f"NVLink {a}-{b}: both ends must already be in the topology")
+        kinds = [self.graph.nodes[x]["kind"] for x in (a, b)]
+        if not (set(kinds) <= {NodeKind.GPU, NodeKind.NVSWITCH} and NodeKind.GPU in kinds):
+            raise InputError(f"NVLink {a}-{b}: needs two GPUs, or a GPU and an NVSwitch")
         if self.graph.has_edge(a, b):
             links += int(self.graph.edges[a, b].get("links", 0))
         self.graph.add_edge(a, b, kind=EdgeKind.NVLINK, links=links,
