@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-__all__ = ["InputError", "atomic_write"]
+__all__ = ["InputError", "atomic_write", "read_input"]
 
 
 class InputError(ValueError):
@@ -51,3 +51,22 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[s
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def read_input(path: str | os.PathLike[str]) -> bytes:
+    """The bytes of an input file, or an :class:`InputError` that says what is wrong with it.
+
+    >>> read_input("/nonexistent/topo.xml")
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: no such file: /nonexistent/topo.xml
+    """
+    p = Path(path)
+    try:
+        return p.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"no such file: {p}") from None
+    except IsADirectoryError:
+        raise InputError(f"{p} is a directory, not a file") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {p}: {exc.strerror or exc}") from None

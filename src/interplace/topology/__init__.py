@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from pathlib import Path as _FsPath
 
-from interplace.errors import InputError
+from interplace.errors import InputError, read_input
 from interplace.topology._graph import (
     CONNECTION_ORDER,
     Domain,
@@ -107,10 +107,7 @@ def load(spec: str | os.PathLike[str], format: str = "auto") -> Topology:
 
             return replay_discovery(path)
         raise InputError(f"{path} is a directory, not a topology file or a --record directory")
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror}") from None
+    text = read_input(path).decode("utf-8", errors="replace")
     fmt = detect_format(text) if format == "auto" else format
     name = path.stem
     if fmt == "nvidia-smi":

@@ -33,7 +33,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from interplace.errors import InputError
+from interplace.errors import InputError, read_input
 from interplace.topology._graph import Topology, TopologyBuilder
 from interplace.topology._units import nvlink_link_gbps, parse_link_speed
 from interplace.topology._xml import parse_xml
@@ -336,12 +336,5 @@ def read_nccl_xml(path: str | os.PathLike[str]) -> Topology:
     interplace.errors.InputError: no such file: /nonexistent/p4d.xml
     """
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"no such file: {p}") from None
-    except IsADirectoryError:
-        raise InputError(f"{p} is a directory, not a topology file") from None
-    except OSError as exc:
-        raise InputError(f"cannot read {p}: {exc.strerror}") from None
+    data = read_input(p)
     return _from_nccl(data, p.stem, source=f"NCCL topology XML: {p}")

@@ -78,7 +78,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from interplace.errors import InputError
+from interplace.errors import InputError, read_input
 from interplace.topology._graph import NodeKind, Topology, TopologyBuilder
 
 __all__ = ["from_nvidia_smi", "read_nvidia_smi", "to_nvidia_smi"]
@@ -444,15 +444,10 @@ def read_nvidia_smi(path: str | os.PathLike[str]) -> Topology:
     >>> read_nvidia_smi("/nonexistent/topo.txt")
     Traceback (most recent call last):
     ...
-    interplace.errors.InputError: cannot read /nonexistent/topo.txt: no such file
+    interplace.errors.InputError: no such file: /nonexistent/topo.txt
     """
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"cannot read {p}: no such file") from None
-    except OSError as exc:
-        raise InputError(f"cannot read {p}: {exc.strerror or exc}") from None
+    data = read_input(p)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
