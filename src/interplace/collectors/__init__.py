@@ -1,4 +1,5 @@
-"""Counter collection (NVML, host /proc and perf) and parsers of nvidia-smi, dmon, perf and dcgm-exporter output into one long table. Not yet implemented: see the project's data issue.
+"""Counter collection and parsing.
 
-This layer holds no code yet; importing it is safe and does nothing.
+NVML, host ``/proc`` and perf counters, and parsers of nvidia-smi, dmon, perf and
+dcgm-exporter output, all into one long table. This layer is being built (the data issue).
 """

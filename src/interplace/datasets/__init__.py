@@ -1,4 +1,5 @@
-"""Co-location datasets (Gavel, Lucid, traces) and a synthetic generator with known ground truth. Not yet implemented: see the project's data issue.
+"""Co-location datasets.
 
-This layer holds no code yet; importing it is safe and does nothing.
+Gavel, Lucid and cluster traces, and a synthetic generator with a known ground truth. This
+layer is being built (the data issue).
 """

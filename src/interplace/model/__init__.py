@@ -1,4 +1,4 @@
-"""The Pyro Bayesian interference model. Not yet implemented: see the project's model issue.
+"""The Pyro Bayesian interference model.
 
-This layer holds no code yet; importing it is safe and does nothing.
+Not yet implemented (the model issue); importing this package is safe and does nothing.
 """

@@ -1,4 +1,4 @@
-"""Placement policies and Bayesian optimisation of allocations. Not yet implemented: a later issue.
+"""Placement policies and Bayesian optimisation of allocations.
 
-This layer holds no code yet; importing it is safe and does nothing.
+Not yet implemented (a later issue); importing this package is safe and does nothing.
 """
