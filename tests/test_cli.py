@@ -171,3 +171,16 @@ def test_topo_discover_without_a_driver_is_a_clear_error(
     assert code == 2 and out == ""
     assert err.startswith("interplace: error: NVML is not available")
     assert not (tmp_path / "rec").exists()
+
+
+def test_outputs_get_ordinary_file_permissions(tmp_path: Path) -> None:
+    import os
+
+    from interplace.errors import atomic_write
+
+    target = tmp_path / "out.txt"
+    with atomic_write(target) as fh:
+        fh.write("x")  # type: ignore[call-overload]
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~mask

@@ -25,6 +25,12 @@ class InputError(ValueError):
     """
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[str] | IO[bytes]]:
     """Open a temporary file beside ``path`` and rename it onto ``path`` only on success.
@@ -44,6 +50,8 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[s
         raise InputError(f"output directory does not exist: {target.parent}")
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
+        # mkstemp creates 0600 files; give the output the mode an ordinary open() would.
+        os.chmod(tmp, target.stat().st_mode & 0o777 if target.exists() else 0o666 & ~_umask())
         with os.fdopen(fd, mode) as fh:
             yield fh
         os.replace(tmp, target)
