@@ -184,3 +184,33 @@ def test_outputs_get_ordinary_file_permissions(tmp_path: Path) -> None:
     mask = os.umask(0o022)
     os.umask(mask)
     assert target.stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+COUNTERS = Path(__file__).parent / "fixtures" / "collectors"
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_ingest_converts_dmon_to_canonical_units(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, suffix: str
+) -> None:
+    from interplace.collectors import read_samples
+
+    out = tmp_path / f"samples{suffix}"
+    code, text, err = run(capsys, "ingest", str(COUNTERS / "dmon_default.txt"), "--out", str(out))
+    assert (code, err) == (0, "")
+    assert "dmon" in text
+    df = read_samples(out)
+    power = df[(df["device"] == "0") & (df["metric"] == "power_mw")]["value"].tolist()
+    assert power[:2] == [43000.0, 212000.0]  # dmon's pwr column is W; NVML's unit is mW
+
+
+def test_ingest_bad_input_leaves_no_output(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "samples.csv"
+    code, _, err = run(capsys, "ingest", str(FIXTURES / "p4d-24xl-topo.xml"), "--out", str(out))
+    assert code == 2 and "cannot recognise the format" in err
+    code, _, err = run(capsys, "ingest", str(COUNTERS / "dmon_default.txt"), "--out",
+                       str(tmp_path / "samples.xlsx"))
+    assert code == 2 and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []

@@ -107,6 +107,24 @@ def _describe_set(topo: Topology, gpus: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _cmd_ingest(args: argparse.Namespace) -> int:
+    from interplace.collectors import ingest, write_samples
+
+    fields = [f.strip() for f in args.fields.split(",") if f.strip()] if args.fields else None
+    df = ingest(args.file, format=args.format, host=args.host, fields=fields,
+                interval_s=args.interval)
+    write_samples(df, args.out)
+    n_dev = df["device"].nunique()
+    n_met = df["metric"].nunique()
+    sys.stdout.write(f"{args.file}: {df.attrs.get('format', args.format)}, {len(df)} samples, "
+                     f"{n_met} metrics, {n_dev} devices -> {args.out}\n")
+    unsupported = df.attrs.get("unsupported")
+    if unsupported:
+        names = ", ".join(sorted(unsupported))
+        sys.stdout.write(f"readings marked unavailable in the input for: {names}\n")
+    return 0
+
+
 def _build_parser() -> argparse.ArgumentParser:
     from interplace.topology import builtin_names
 
@@ -134,6 +152,26 @@ def _build_parser() -> argparse.ArgumentParser:
     topo.add_argument("--record", metavar="DIR",
                       help="with --discover: save the NVML and sysfs readings to DIR as a fixture")
     topo.set_defaults(func=_cmd_topo)
+
+    from interplace.collectors import FORMATS
+
+    ing = sub.add_parser(
+        "ingest", help="convert counter output a cluster already produces to the long table",
+        description="Convert nvidia-smi --query-gpu CSV, nvidia-smi dmon, perf stat -x, -I or "
+        "dcgm-exporter Prometheus text into interplace's long counter table "
+        "(t_s, host, device, metric, value).",
+    )
+    ing.add_argument("file", metavar="FILE", help="captured counter output")
+    ing.add_argument("--format", default="auto", choices=["auto", *FORMATS],
+                     help="input format (default: detect from content)")
+    ing.add_argument("--out", required=True, metavar="OUT",
+                     help="output table: .csv or .parquet")
+    ing.add_argument("--host", help="host name to record (default: from the input or localhost)")
+    ing.add_argument("--fields", metavar="A,B,...",
+                     help="nvidia-smi --query-gpu field list, for noheader output")
+    ing.add_argument("--interval", type=float, metavar="SECONDS",
+                     help="sampling interval, for input without time stamps (dmon, prometheus)")
+    ing.set_defaults(func=_cmd_ingest)
 
     demo = sub.add_parser(
         "demo", help="run interplace end to end on built-in data",

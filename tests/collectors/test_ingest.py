@@ -1,0 +1,143 @@
+"""Format detection and ``ingest``: every fixture is recognised, garbage is refused, errors name
+the file, and ingested tables survive a CSV / Parquet round trip."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from interplace.collectors import FORMATS, detect_format, ingest, read_samples, write_samples
+from interplace.collectors.formats import dmon, nvsmi_query, perf_stat, prometheus
+from interplace.errors import InputError
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "collectors"
+
+DETECTED = {
+    "nvsmi_query_units.csv": "nvsmi-query",
+    "nvsmi_query_nounits.csv": "nvsmi-query",
+    "dmon_default.txt": "dmon",
+    "dmon_dt_pucvmet.txt": "dmon",
+    "perf_stat_interval.csv": "perf-stat",
+    "perf_stat_per_cpu.csv": "perf-stat",
+    "prometheus_dcgm.txt": "prometheus",
+    "prometheus_dcgm_timestamps.txt": "prometheus",
+}
+
+
+def test_every_fixture_is_covered() -> None:
+    files = {p.name for p in FIXTURES.iterdir() if p.name != "README.md"}
+    assert files == set(DETECTED) | {"nvsmi_query_noheader.csv"}
+
+
+def test_registry_holds_the_parse_functions() -> None:
+    assert list(FORMATS) == ["prometheus", "dmon", "perf-stat", "nvsmi-query"]
+    assert FORMATS["nvsmi-query"].parse is nvsmi_query.parse
+    assert FORMATS["dmon"].sniff is dmon.sniff
+    assert FORMATS["perf-stat"].parse is perf_stat.parse
+    assert FORMATS["prometheus"].parse is prometheus.parse
+
+
+@pytest.mark.parametrize(("name", "fmt"), sorted(DETECTED.items()))
+def test_detection_picks_the_right_format(name: str, fmt: str) -> None:
+    raw = (FIXTURES / name).read_bytes().decode()
+    assert detect_format(raw) == fmt
+    # exactly one sniffer claims each fixture, so the registry order is not what decides
+    assert [n for n, f in FORMATS.items() if f.sniff(raw)] == [fmt]
+    df = ingest(FIXTURES / name)
+    assert df.attrs["format"] == fmt and df.attrs["source"] == str(FIXTURES / name)
+    assert len(df) > 0
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        "hello world\n",
+        "a,b,c\n1,2,3\n",
+        "<?xml version='1.0'?><topology/>\n",
+        "\tGPU0\tGPU1\nGPU0\t X \tNV4\n",
+        "2024/05/01 12:00:00.000, 0, 45, 1234, 250.00\n",  # nvidia-smi noheader
+        "12345678,,instructions,1000890123,100.00,,\n",  # perf stat without -I
+    ],
+)
+def test_detection_refuses_garbage(garbage: str, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="cannot recognise the format of the input: expected"):
+        detect_format(garbage)
+    p = tmp_path / "mystery.txt"
+    p.write_text(garbage)
+    expected = f"cannot recognise the format of {p}: expected one of"
+    with pytest.raises(InputError, match=re.escape(expected)):
+        ingest(p)
+
+
+def test_ingest_with_an_explicit_format_and_options() -> None:
+    fields = ["timestamp", "index", "utilization.gpu", "memory.used", "power.draw"]
+    df = ingest(FIXTURES / "nvsmi_query_noheader.csv", "nvsmi-query", "gpu7", fields=fields)
+    assert set(df["host"]) == {"gpu7"} and set(df["device"]) == {"0", "1"}
+    df = ingest(FIXTURES / "dmon_default.txt", format="dmon", interval_s=2.0)
+    assert sorted(set(df["t_s"])) == [0.0, 2.0, 4.0]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"format": "xml"}, "unknown format 'xml' (expected auto, prometheus, dmon"),
+        ({"fields": ["timestamp"]}, "option fields does not apply to the dmon format"),
+        ({"host": ""}, "host name is empty"),
+    ],
+)
+def test_ingest_refuses_bad_options(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(InputError, match=re.escape(message)):
+        ingest(FIXTURES / "dmon_default.txt", **kwargs)  # type: ignore[arg-type]
+
+
+def test_ingest_parse_errors_name_the_file(tmp_path: Path) -> None:
+    p = tmp_path / "dmon.txt"
+    p.write_text("# gpu   pwr\n# Idx     W\n    0    hot\n")
+    where = re.escape(str(p))
+    with pytest.raises(InputError, match=f"^{where}: line 3: pwr value 'hot' is not a number$"):
+        ingest(p)
+    with pytest.raises(InputError, match=f"^{where}: .*no timestamp field"):
+        ingest(p, format="nvsmi-query", fields=["index", "power.draw"])
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "file is empty"),
+        (b"\r\n  \n", "file is empty"),
+        (b"\xff\xfe# gpu\n", "not UTF-8 text"),
+        (b"timestamp, index, power.draw [W]\n2024/05/01 12:00:00.000, 0, [N/A]\n",
+         "no samples in this nvsmi-query file (unavailable: power_mw)"),
+    ],
+)  # fmt: skip
+def test_ingest_refuses_empty_and_unreadable_files(
+    tmp_path: Path, content: bytes, message: str
+) -> None:
+    p = tmp_path / "in.txt"
+    p.write_bytes(content)
+    with pytest.raises(InputError) as err:
+        ingest(p)
+    assert str(err.value).startswith(str(p)) and message in str(err.value)
+
+
+def test_ingest_refuses_a_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no such file"):
+        ingest(tmp_path / "nope.txt")
+
+
+def test_ingest_strips_a_utf8_bom(tmp_path: Path) -> None:
+    p = tmp_path / "bom.txt"
+    p.write_bytes(b"\xef\xbb\xbf" + (FIXTURES / "dmon_default.txt").read_bytes())
+    assert ingest(p).attrs["format"] == "dmon"
+
+
+@pytest.mark.parametrize("ext", [".csv", ".parquet"])
+@pytest.mark.parametrize("name", ["perf_stat_interval.csv", "prometheus_dcgm.txt"])
+def test_ingested_tables_round_trip(tmp_path: Path, name: str, ext: str) -> None:
+    df = ingest(FIXTURES / name)
+    out = tmp_path / f"samples{ext}"
+    write_samples(df, out)
+    pd.testing.assert_frame_equal(read_samples(out), df)
