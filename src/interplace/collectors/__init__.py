@@ -8,11 +8,29 @@
   ``nvidia-smi dmon``, ``perf stat -x, -I`` and dcgm-exporter's Prometheus text.
 - :mod:`~interplace.collectors.ingest`: format detection and :func:`ingest` (file -> table).
 
-Live collection (NVML, host ``/proc``, perf) is not implemented yet. This is the lowest layer:
-it imports nothing from interplace but :mod:`interplace.errors`.
+- :mod:`~interplace.collectors.nvml`: GPU counters live through NVML (:class:`PynvmlSampler`)
+  or replayed from a recording (:class:`ReplayGpuBackend`).
+- :mod:`~interplace.collectors.host`: host CPU busy % and memory from ``/proc``
+  (:class:`HostSampler`).
+- :mod:`~interplace.collectors.sampler`: :func:`sample`, backends at a fixed interval into a
+  chunked, crash-safe table file.
+- :mod:`~interplace.collectors.collect`: :func:`collect`, run a command while sampling.
+
+Live perf collection is not implemented yet. This is the lowest layer: it imports nothing from
+interplace but :mod:`interplace.errors`.
 """
 
+from interplace.collectors.collect import CollectResult, collect
+from interplace.collectors.host import HostSampler
 from interplace.collectors.ingest import FORMATS, Format, detect_format, ingest
+from interplace.collectors.nvml import (
+    DeviceLost,
+    EndOfRecording,
+    GpuCounterBackend,
+    PynvmlSampler,
+    ReplayGpuBackend,
+)
+from interplace.collectors.sampler import SampleSummary, partial_path, sample
 from interplace.collectors.table import (
     CANONICAL_METRICS,
     OPTIONAL_COLUMNS,
@@ -27,10 +45,21 @@ __all__ = [
     "FORMATS",
     "OPTIONAL_COLUMNS",
     "SAMPLE_COLUMNS",
+    "CollectResult",
+    "DeviceLost",
+    "EndOfRecording",
     "Format",
+    "GpuCounterBackend",
+    "HostSampler",
+    "PynvmlSampler",
+    "ReplayGpuBackend",
+    "SampleSummary",
+    "collect",
     "detect_format",
     "ingest",
+    "partial_path",
     "read_samples",
+    "sample",
     "validate_samples",
     "write_samples",
 ]

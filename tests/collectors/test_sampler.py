@@ -1,0 +1,179 @@
+"""sample(): replayed readings through a fake clock into chunked, crash-safe files."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from interplace.collectors.nvml import ReplayGpuBackend
+from interplace.collectors.sampler import partial_path, sample
+from interplace.collectors.table import read_samples
+from interplace.errors import InputError
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.sleeps.append(s)
+        self.now += s
+
+
+def _replay(n: int, gpus: int = 2) -> ReplayGpuBackend:
+    return ReplayGpuBackend({"devices": [
+        [{"temp_c": 40 + g + k, "power_mw": 1000.0 * k} for k in range(n)] for g in range(gpus)]})
+
+
+def _run(out: Path, backend: Any, **kw: Any) -> Any:
+    clock = FakeClock()
+    kw.setdefault("host", "n1")
+    return sample([backend], 0.25, out=out, clock=clock, sleep=clock.sleep, **kw), clock
+
+
+@pytest.mark.parametrize("ext", [".parquet", ".csv"])
+def test_replay_gives_expected_long_table(tmp_path: Path, ext: str) -> None:
+    out = tmp_path / f"s{ext}"
+    summary, clock = _run(out, _replay(3), run_id="r1")
+    assert (summary.rows, summary.samples, summary.seconds) == (12, 3, 0.75)
+    assert clock.sleeps == [0.25, 0.25, 0.25]
+    df = read_samples(out)
+    expected = pd.DataFrame(
+        [(0.25 * k, "n1", str(g), m, v, "r1")
+         for k in range(3) for g in range(2)
+         for m, v in (("temp_c", 40.0 + g + k), ("power_mw", 1000.0 * k))],
+        columns=["t_s", "host", "device", "metric", "value", "run_id"])
+    pd.testing.assert_frame_equal(df, expected, check_dtype=False)
+    assert not partial_path(out).exists()
+
+
+def test_duration_bounds_ticks_and_lost_devices_are_skipped(tmp_path: Path) -> None:
+    rb = ReplayGpuBackend({"devices": [[{"temp_c": k} for k in range(10)],
+                                       [{"temp_c": 0}, None, {"temp_c": 2}, {"temp_c": 3}]]})
+    summary, _ = _run(tmp_path / "s.parquet", rb, duration_s=1.0)
+    df = read_samples(tmp_path / "s.parquet")
+    assert summary.samples == 4
+    assert df["t_s"].unique().tolist() == [0.0, 0.25, 0.5, 0.75]
+    assert df.loc[df["device"] == "1", "t_s"].tolist() == [0.0, 0.5, 0.75]
+
+
+def test_slow_reads_skip_missed_ticks(tmp_path: Path) -> None:
+    clock = FakeClock()
+
+    class Slow:
+        unsupported: frozenset[tuple[str, str]] = frozenset()
+
+        def device_count(self) -> int:
+            return 1
+
+        def device_id(self, index: int) -> str:
+            return "0"
+
+        def read(self, index: int) -> dict[str, float]:
+            clock.now += 0.6  # a read takes 2.4 intervals
+            return {"temp_c": 1.0}
+
+    sample([Slow()], 0.25, 2.0, out=tmp_path / "s.csv", clock=clock, sleep=clock.sleep,
+           host="n")
+    t = read_samples(tmp_path / "s.csv")["t_s"].tolist()
+    assert t == pytest.approx([0.0, 0.75, 1.5])  # on the 0.25 s grid, never two ticks at once
+
+
+def test_unsupported_and_non_finite_values(tmp_path: Path) -> None:
+    class Odd:
+        @property
+        def unsupported(self) -> frozenset[tuple[str, str]]:
+            return frozenset({("0", "power_mw")})
+
+        def device_count(self) -> int:
+            return 1
+
+        def device_id(self, index: int) -> str:
+            return "0"
+
+        def read(self, index: int) -> dict[str, float]:
+            return {"temp_c": 1.0, "sm_clock_mhz": float("nan"), "power_mw": float("inf")}
+
+    summary, _ = _run(tmp_path / "s.csv", Odd(), duration_s=0.5)
+    assert summary.rows == 2 and summary.unsupported == frozenset({("0", "power_mw")})
+    assert set(read_samples(tmp_path / "s.csv")["metric"]) == {"temp_c"}
+
+
+@pytest.mark.parametrize("ext", [".parquet", ".csv"])
+def test_chunking_bounds_memory_and_matches_unchunked(tmp_path: Path, ext: str) -> None:
+    chunks: list[int] = []
+    big, _ = _run(tmp_path / f"one{ext}", _replay(25))
+    small, _ = _run(tmp_path / f"many{ext}", _replay(25), chunk_rows=7, on_flush=chunks.append)
+    assert big == small and small.rows == 100
+    assert max(chunks) <= 7 and sum(chunks) == 100 and len(chunks) == 15
+    pd.testing.assert_frame_equal(read_samples(tmp_path / f"one{ext}"),
+                                  read_samples(tmp_path / f"many{ext}"))
+    if ext == ".parquet":
+        assert pq.ParquetFile(tmp_path / "many.parquet").metadata.num_row_groups == 15
+        assert pq.ParquetFile(tmp_path / "one.parquet").metadata.num_row_groups == 1
+
+
+class Crashing(ReplayGpuBackend):
+    """A replay that fails with a non-NVML error on its read number ``at``."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__({"devices": [[{"temp_c": float(k)} for k in range(100)]]})
+        self.at, self.n = at, 0
+
+    def read(self, index: int) -> dict[str, float]:
+        self.n += 1
+        if self.n == self.at:
+            raise RuntimeError("sensor driver crashed")
+        return super().read(index)
+
+
+@pytest.mark.parametrize("ext", [".parquet", ".csv"])
+def test_crash_keeps_partial_and_writes_no_output(tmp_path: Path, ext: str) -> None:
+    out = tmp_path / f"s{ext}"
+    chunks: list[int] = []
+    with pytest.raises(RuntimeError, match="crashed"):
+        _run(out, Crashing(at=11), chunk_rows=4, on_flush=chunks.append)
+    assert not out.exists()
+    partial = partial_path(out)
+    assert partial.name == f"s{ext}.partial"
+    # chunks of 4, 4 flushed while running, the last 2 rows when the error came
+    assert chunks == [4, 4, 2]
+    copy = tmp_path / f"copy{ext}"
+    copy.write_bytes(partial.read_bytes())
+    df = read_samples(copy)
+    assert df["value"].tolist() == [float(k) for k in range(10)]
+    # a clean run afterwards replaces the stale partial and leaves none
+    _run(out, _replay(2))
+    assert out.exists() and not partial.exists()
+
+
+def test_stop_event_and_empty_run(tmp_path: Path) -> None:
+    stop = threading.Event()
+    stop.set()
+    clock = FakeClock()
+    s = sample([_replay(5)], 0.1, stop=stop, out=tmp_path / "s.parquet", clock=clock,
+               sleep=clock.sleep, host="n")
+    assert (s.rows, s.samples) == (0, 0)
+    assert read_samples(tmp_path / "s.parquet").empty
+
+
+@pytest.mark.parametrize(("kw", "msg"), [
+    ({"interval_s": 0.0}, "interval must be a positive"),
+    ({"duration_s": -1.0}, "duration must be a positive"),
+    ({"chunk_rows": 0}, "chunk_rows must be a positive"),
+    ({"out_name": "s.txt"}, "unknown sample-table extension '.txt'"),
+    ({"out_name": "nodir/s.csv"}, "output directory does not exist"),
+])
+def test_bad_arguments(tmp_path: Path, kw: dict[str, Any], msg: str) -> None:
+    out = tmp_path / kw.pop("out_name", "s.csv")
+    with pytest.raises(InputError, match=msg):
+        sample([_replay(1)], out=out, host="n", **kw)
