@@ -9,6 +9,10 @@ layer is being built (the data issue); what exists so far:
   views, and CSV/Parquet reading and writing.
 - :mod:`~interplace.datasets.gavel`: Gavel's (OSDI 2020, MIT) isolated and pairwise
   throughputs on K80, P100 and V100, packaged with interplace (:func:`load_gavel`).
+- :mod:`~interplace.datasets.traces`: job traces for simulation (Philly via Chronus, Alibaba
+  openb 2023, Venus arrivals via Lucid) as one canonical :class:`JobTrace` table.
+- :mod:`~interplace.datasets.synthetic`: :func:`synthetic` co-location data drawn from a known
+  demand/sensitivity ground truth, with noisy, missing, clock-shifted and multiplexed samples.
 - :mod:`~interplace.datasets.lucid`: Lucid's (ASPLOS 2023) measured pairs with NVML means;
   non-commercial licence, so never shipped: :func:`load_lucid` reads a directory you supply.
 
@@ -37,22 +41,38 @@ from interplace.datasets.runs import (
     validate_samples_for_runs,
     write_runs,
 )
+from interplace.datasets.synthetic import DomainSource, contention_speed, synthetic
+from interplace.datasets.traces import (
+    TRACE_COLUMNS,
+    JobTrace,
+    load_alibaba_openb,
+    load_philly,
+    load_venus,
+)
 
 __all__ = [
     "GPU_TYPES",
     "MODES",
     "RUN_COLUMNS",
     "SAMPLE_COLUMNS",
+    "TRACE_COLUMNS",
     "CoLocationData",
+    "DomainSource",
     "GavelData",
+    "JobTrace",
+    "contention_speed",
     "convert_gavel",
+    "load_alibaba_openb",
     "load_gavel",
     "load_lucid",
+    "load_philly",
+    "load_venus",
     "lucid_job_name",
     "read_dir",
     "read_gavel_json",
     "read_runs",
     "read_samples",
+    "synthetic",
     "validate_runs",
     "validate_samples_for_runs",
     "write_runs",
