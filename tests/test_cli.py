@@ -214,3 +214,29 @@ def test_ingest_bad_input_leaves_no_output(
                        str(tmp_path / "samples.xlsx"))
     assert code == 2 and err.count("\n") == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_collect_returns_the_commands_exit_code_and_writes_samples(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from interplace.collectors import read_samples
+
+    out = tmp_path / "samples.csv"
+    code, _, err = run(capsys, "collect", "--out", str(out), "--interval-ms", "20", "--",
+                       sys.executable, "-c", "import time; time.sleep(0.3); raise SystemExit(3)")
+    assert code == 3
+    assert "readings" in err
+    df = read_samples(out)
+    assert set(df["metric"]) >= {"host_mem_used_bytes"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["samples.csv"]
+
+
+def test_collect_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = tmp_path / "samples.csv"
+    code, _, err = run(capsys, "collect", "--out", str(out), "--", "no-such-command-xyz")
+    assert code == 2 and "command not found: no-such-command-xyz" in err
+    code, _, err = run(capsys, "collect", "--out", str(out))
+    assert code == 2 and "give a command to run or a duration" in err
+    code, _, err = run(capsys, "collect", "--out", str(out), "--interval-ms", "0", "--", "true")
+    assert code == 2 and "--interval-ms must be positive" in err
+    assert list(tmp_path.iterdir()) == []

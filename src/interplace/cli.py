@@ -125,6 +125,26 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_collect(args: argparse.Namespace) -> int:
+    from interplace.collectors import collect
+
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if args.interval_ms <= 0:
+        raise InputError(f"--interval-ms must be positive, got {args.interval_ms}")
+    result = collect(cmd or None, args.out, interval_s=args.interval_ms / 1000.0,
+                     duration_s=args.duration, progress=sys.stderr.isatty(), run_id=args.run_id)
+    if result.note:
+        sys.stderr.write(f"interplace: {result.note}\n")
+    s = result.summary
+    sys.stderr.write(f"interplace: {s.rows} readings from {s.samples} samples over "
+                     f"{s.seconds:.1f} s ({', '.join(result.backends)}) -> {args.out}\n")
+    if result.returncode is None:
+        return 0
+    return 128 - result.returncode if result.returncode < 0 else result.returncode
+
+
 def _build_parser() -> argparse.ArgumentParser:
     from interplace.topology import builtin_names
 
@@ -172,6 +192,20 @@ def _build_parser() -> argparse.ArgumentParser:
     ing.add_argument("--interval", type=float, metavar="SECONDS",
                      help="sampling interval, for input without time stamps (dmon, prometheus)")
     ing.set_defaults(func=_cmd_ingest)
+
+    col = sub.add_parser(
+        "collect", help="sample GPU (NVML) and host counters, optionally while a command runs",
+        description="Sample NVML and host counters into the long table, like `perf stat -- CMD`: "
+        "sampling stops when CMD exits (or after --duration) and CMD's exit code is returned.",
+    )
+    col.add_argument("--out", required=True, metavar="OUT", help="output table: .csv or .parquet")
+    col.add_argument("--interval-ms", type=float, default=100.0,
+                     help="sampling interval in milliseconds (default: 100)")
+    col.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
+    col.add_argument("--run-id", help="run id to record on every row")
+    col.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
+                     help="command to run while sampling")
+    col.set_defaults(func=_cmd_collect)
 
     demo = sub.add_parser(
         "demo", help="run interplace end to end on built-in data",
