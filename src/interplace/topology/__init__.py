@@ -98,7 +98,7 @@ def load(spec: str | os.PathLike[str], format: str = "auto") -> Topology:
     path = _FsPath(spec)
     if not path.exists():
         name = str(spec)
-        if os.sep in name or name.endswith((".xml", ".txt")):
+        if os.sep in name or name.lower().endswith((".xml", ".txt")):
             raise InputError(f"no such file: {name}")
         return builtin(name)
     if path.is_dir():

@@ -91,6 +91,7 @@ class DomainKind(StrEnum):
 CONNECTION_ORDER: tuple[str, ...] = ("X", "NV#", "PIX", "PXB", "PHB", "NODE", "SYS", "NET")
 
 _DIGITS = re.compile(r"(\d+)")
+_ROUTE_CACHE = 65_536
 
 
 def natural_key(s: str) -> tuple[Any, ...]:
@@ -234,7 +235,20 @@ class Topology:
         self._nic_ids = sorted(
             (n for n, d in g.nodes(data=True) if d["kind"] == NodeKind.NIC), key=natural_key
         )
+        for n in self._nic_ids:
+            if n not in self._numa_of:
+                raise InputError(f"topology {name!r}: NIC {n} is not attached to any NUMA node")
+        numas_per_machine: dict[str, int] = {}
+        for _, d in g.nodes(data=True):
+            if d["kind"] == NodeKind.NUMA:
+                numas_per_machine[d["machine"]] = numas_per_machine.get(d["machine"], 0) + 1
+        for m, count in numas_per_machine.items():
+            node = f"{m}/node" if m else "node"
+            if count > 1 and (node not in g or g.nodes[node]["kind"] != NodeKind.NODE):
+                raise InputError(f"topology {name!r}: machine {m or '(single)'} has {count} "
+                                 f"NUMA nodes but no {node!r} vertex linking them")
         self._nearest_nic: dict[str, str | None] = {}
+        self._routes: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}
 
     # ----------------------------------------------------------------- validation
     @staticmethod
@@ -430,29 +444,41 @@ class Topology:
             return f"NV{nv[0]}"
         return self._pcie_class(na, nb)
 
+    def _route(self, na: str, nb: str) -> tuple[str, tuple[str, ...]]:
+        """(connection class, vertices of the route) between two device vertices, memoised."""
+        key = (na, nb)
+        hit = self._routes.get(key)
+        if hit is not None:
+            return hit
+        nodes: list[str] | tuple[str, ...]
+        if na == nb:
+            conn, nodes = "X", [na]
+        elif self._machine(na) != self._machine(nb):
+            conn = "NET"
+            nic_a, nic_b = self._nic_for(na), self._nic_for(nb)
+            net = next(iter(set(self._graph.neighbors(nic_a)) & set(self._graph.neighbors(nic_b))))
+            nodes = [*self._tree_route(na, nic_a), net, *self._tree_route(nic_b, nb)]
+            nodes = [n for i, n in enumerate(nodes) if i == 0 or n != nodes[i - 1]]
+        else:
+            nv = self._nv_route(na, nb)
+            if nv is not None:
+                conn, nodes = f"NV{nv[0]}", nv[1]
+            else:
+                conn, nodes = self._pcie_class(na, nb), self._tree_route(na, nb)
+        result = (conn, tuple(nodes))
+        if len(self._routes) >= _ROUTE_CACHE:
+            self._routes.clear()  # bounded: a 512-GPU cluster has 262,144 ordered pairs
+        self._routes[key] = result
+        return result
+
     def path(self, a: str, b: str) -> Path:
         """Route between two GPUs: NVLink when they have one, else PCIe/SMP, else the network.
 
         Across machines the route goes from each GPU to its nearest NIC and over the network.
         """
-        na, nb = self._device(a), self._device(b)
-        conn = self.connection(a, b)
-        nodes: list[str]
-        if na == nb:
-            nodes = [na]
-        elif conn == "NET":
-            nic_a, nic_b = self._nic_for(na), self._nic_for(nb)
-            net = next(iter(set(self._graph.neighbors(nic_a)) & set(self._graph.neighbors(nic_b))))
-            nodes = [*self._tree_route(na, nic_a), net, *self._tree_route(nic_b, nb)]
-            nodes = [n for i, n in enumerate(nodes) if i == 0 or n != nodes[i - 1]]
-        elif conn.startswith("NV"):
-            route = self._nv_route(na, nb)
-            assert route is not None
-            nodes = list(route[1])
-        else:
-            nodes = self._tree_route(na, nb)
+        conn, nodes = self._route(self._device(a), self._device(b))
         links = tuple(self._link(u, v) for u, v in itertools.pairwise(nodes))
-        return Path(nodes=tuple(nodes), links=links, connection=conn)
+        return Path(nodes=nodes, links=links, connection=conn)
 
     def _nic_for(self, n: str) -> str:
         if self._graph.nodes[n]["kind"] == NodeKind.NIC:
@@ -521,7 +547,7 @@ class Topology:
             n = self._node(gid)
             route_domains([n, *self._ancestors(n)], (gid,))
         for a, b in itertools.combinations(ids, 2):
-            route_domains(self.path(a, b).nodes, (a, b))
+            route_domains(self._route(self._gpu_node[a], self._gpu_node[b])[1], (a, b))
         return [
             Domain(name=name, kind=meta[name][0], gpus=tuple(sorted(who, key=natural_key)),
                    bandwidth=meta[name][1])
@@ -552,8 +578,15 @@ class Topology:
         new_ids = [mapping.get(g, g) for g in self._gpu_ids]
         if len(set(new_ids)) != len(new_ids):
             raise InputError("relabel: two GPUs would get the same id")
-        node_map = {self._gpu_node[g]: f"{self._prefix(self._gpu_node[g])}gpu:{mapping[g]}"
-                    for g in mapping}
+        def vertex(old: str, new_id: str) -> str:
+            prefix = self._prefix(old)
+            local = new_id.split(":", 1)[1] if prefix and ":" in new_id else new_id
+            return f"{prefix}gpu:{local}"
+
+        node_map = {self._gpu_node[g]: vertex(self._gpu_node[g], mapping[g]) for g in mapping}
+        clash = set(node_map.values()) & (set(self._graph.nodes) - set(node_map))
+        if clash:
+            raise InputError(f"relabel: new ids collide with existing vertices {sorted(clash)}")
         g2 = nx.relabel_nodes(nx.Graph(self._graph), node_map, copy=True)
         for old, new in node_map.items():
             g2.nodes[new]["gpu_id"] = mapping[self._graph.nodes[old]["gpu_id"]]

@@ -6,8 +6,9 @@ PCIe: ``GT/s x lanes x encoding / 8``. Gen1 and Gen2 use 8b/10b encoding, Gen3-G
 128b/130b, Gen6 FLIT mode (242/256). A Gen3 x16 link gives 15.75 GB/s, which is the figure
 hwloc stores as ``pci_link_speed="15.753846"``.
 
-NVLink: one link carries 20 GB/s per direction on NVLink 1 (P100) and 25 GB/s on NVLink 2-4
-(V100, A100, H100), so ``NV12`` on an A100 is 300 GB/s and ``NV18`` on an H100 is 450 GB/s.
+NVLink: one link carries 20 GB/s per direction on NVLink 1 (P100), 25 GB/s on NVLink 2-4
+(V100, A100, H100) and 50 GB/s on NVLink 5 (B100/B200/GB200), so ``NV12`` on an A100 is
+300 GB/s and ``NV18`` on an H100 is 450 GB/s.
 
 Defaults, used where a source gives no figure (``nvidia-smi topo -m`` gives none at all):
 PCIe Gen4 x16 for a GPU or switch link, 64 GB/s for the inter-socket link (3 UPI links or
@@ -26,6 +27,7 @@ __all__ = [
     "DEFAULT_PCIE_GBPS",
     "DEFAULT_SMP_GBPS",
     "nvlink_link_gbps",
+    "parse_gts",
     "parse_link_speed",
     "pcie_gbps",
 ]
@@ -67,21 +69,35 @@ def parse_link_speed(speed: str | None, width: str | int | None) -> float | None
 
     >>> round(parse_link_speed("32.0 GT/s PCIe", "16"), 1)
     63.0
-    >>> parse_link_speed("", "0") is None
-    True
+    >>> parse_link_speed("", "0") is None, parse_link_speed("Unknown", "0") is None
+    (True, True)
     """
     if speed is None or width is None or str(speed).strip() == "" or str(width).strip() == "":
         return None
-    m = _GTS.match(str(speed))
-    if m is None:
-        raise InputError(f"unrecognised PCIe link speed {speed!r} (expected e.g. '16 GT/s')")
     try:
         lanes = int(str(width).strip())
     except ValueError:
         raise InputError(f"unrecognised PCIe link width {width!r}") from None
-    if lanes == 0:
+    gts = parse_gts(str(speed))
+    if lanes == 0 or gts is None:
         return None
-    return pcie_gbps(float(m.group(1)), lanes)
+    return pcie_gbps(gts, lanes)
+
+
+def parse_gts(speed: str) -> float | None:
+    """GT/s from a link-speed string, None for "Unknown" (sysfs and NCCL both write it).
+
+    >>> parse_gts("16.0 GT/s PCIe"), parse_gts("Unknown")
+    (16.0, None)
+    """
+    text = speed.strip()
+    if text == "" or text.lower().startswith("unknown"):
+        return None
+    m = _GTS.match(text)
+    if m is None:
+        raise InputError(f"unrecognised PCIe link speed {speed!r} (expected e.g. '16 GT/s')")
+    value = float(m.group(1))
+    return value if value > 0 else None
 
 
 def nvlink_link_gbps(gpu_model: str | None) -> float:
@@ -89,9 +105,12 @@ def nvlink_link_gbps(gpu_model: str | None) -> float:
 
     >>> nvlink_link_gbps("Tesla P100-SXM2-16GB")
     20.0
-    >>> nvlink_link_gbps("NVIDIA A100-SXM4-40GB")
-    25.0
+    >>> nvlink_link_gbps("NVIDIA A100-SXM4-40GB"), nvlink_link_gbps("NVIDIA B200")
+    (25.0, 50.0)
     """
-    if gpu_model and "P100" in gpu_model.upper():
+    model = (gpu_model or "").upper()
+    if "P100" in model:
         return 20.0
+    if re.search(r"\bG?B(100|200|300)\b", model):
+        return 50.0  # NVLink 5 (Blackwell): 18 links x 50 GB/s = 900 GB/s per direction
     return 25.0

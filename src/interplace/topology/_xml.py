@@ -13,7 +13,11 @@ from defusedxml import DefusedXmlException
 
 from interplace.errors import InputError
 
-__all__ = ["parse_xml"]
+__all__ = ["MAX_DEPTH", "parse_xml"]
+
+#: Deepest element nesting accepted; real topology files nest fewer than 20 levels, and the
+#: importers walk the tree recursively, so a hostile document must not go deeper.
+MAX_DEPTH = 64
 
 
 def parse_xml(data: str | bytes, what: str) -> ET.Element:
@@ -33,4 +37,10 @@ def parse_xml(data: str | bytes, what: str) -> ET.Element:
         raise InputError(f"refusing unsafe XML in {what}: {type(exc).__name__}") from None
     except ET.ParseError as exc:
         raise InputError(f"malformed XML in {what}: {exc}") from None
+    stack = [(root, 1)]
+    while stack:
+        el, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise InputError(f"refusing XML in {what}: nested deeper than {MAX_DEPTH} levels")
+        stack.extend((child, depth + 1) for child in el)
     return root

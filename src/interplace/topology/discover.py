@@ -57,7 +57,7 @@ from typing import IO, Any, Literal, Protocol, cast, runtime_checkable
 
 from interplace.errors import InputError, atomic_write
 from interplace.topology._graph import Topology, TopologyBuilder
-from interplace.topology._units import nvlink_link_gbps, pcie_gbps
+from interplace.topology._units import nvlink_link_gbps, parse_gts, pcie_gbps
 
 __all__ = [
     "NvLink",
@@ -84,7 +84,6 @@ _SYSFS_DIR = "sysfs"
 _BUSID = re.compile(r"^(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})\.([0-7])$")
 _HOST_BRIDGE = re.compile(r"^pci([0-9a-f]{4,8}:[0-9a-f]{2})$")
 _BDF = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-_GTS = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*GT/s", re.IGNORECASE)
 _IB_RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/s", re.IGNORECASE)
 _NODE_DIR = re.compile(r"^node([0-9]+)$")
 _PCI_CLASS_BRIDGE = 0x0604
@@ -490,8 +489,10 @@ def _int(text: str | None, base: int = 10) -> int | None:
 
 
 def _gts(text: str | None) -> float | None:
-    m = _GTS.match(text or "")
-    return float(m.group(1)) if m and float(m.group(1)) > 0 else None
+    try:
+        return parse_gts(text or "")
+    except InputError:
+        return None
 
 
 def _link_gbps(fs: _Sysfs, dev: str, upper: str | None, idle_downclocks: bool) -> float | None:
@@ -528,7 +529,7 @@ def _device(fs: _Sysfs, place: _Place, is_gpu: bool) -> _Device:
     below_root = bridges[1:]  # the root port belongs to the host bridge
     switches = [(up.rsplit("/", 1)[-1], _link_gbps(fs, up, None, idle_downclocks=False))
                 for up in below_root[0::2]]
-    upper = place.bridges[-1] if place.bridges else None
+    upper = bridges[-1] if bridges else None
     return _Device(busid=place.busid, host_bridge=place.host_bridge, numa=_numa(fs, place),
                    switches=switches,
                    bandwidth=_link_gbps(fs, place.path, upper, idle_downclocks=is_gpu))

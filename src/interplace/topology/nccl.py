@@ -168,9 +168,10 @@ class _Reader:
         if raw is None or raw.strip() == "":
             raise self.fail(f"<pci busid={busid}> has no class attribute")
         digits = raw.strip().lower().removeprefix("0x")
-        if not re.fullmatch(r"[0-9a-f]{4}|[0-9a-f]{6}", digits):
+        if not re.fullmatch(r"[0-9a-f]{2}|[0-9a-f]{4}|[0-9a-f]{6}", digits):
             raise self.fail(f"<pci busid={busid}> has a malformed class {raw!r}")
-        top = int(digits[:4], 16)
+        # NCCL itself writes class="0x02" (base class only) on the NICs it adds.
+        top = int(digits.ljust(4, "0")[:4], 16)
         return top >> 8, top
 
     def read_cpu(self, cpu: ET.Element) -> None:
