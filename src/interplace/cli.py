@@ -28,11 +28,17 @@ def _topology_from_args(args: argparse.Namespace) -> Topology:
     from interplace.topology import load
 
     if args.discover:
-        from interplace.topology.discover import PynvmlBackend, discover, record_discovery
+        from interplace.topology.discover import (
+            PynvmlBackend,
+            discover,
+            record_discovery,
+            replay_discovery,
+        )
 
         with PynvmlBackend() as nvml:
             if args.record:
-                record_discovery(args.record, nvml)
+                # Show exactly what was saved: one NVML read, not a second live one.
+                return replay_discovery(record_discovery(args.record, nvml))
             return discover(nvml)
     if args.spec is None:
         raise InputError("topo needs a FILE or built-in name, or --discover")
