@@ -240,3 +240,29 @@ def test_collect_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
     code, _, err = run(capsys, "collect", "--out", str(out), "--interval-ms", "0", "--", "true")
     assert code == 2 and "--interval-ms must be positive" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_profile_on_cpu_writes_a_runs_dataset(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from interplace.datasets import read_dir
+
+    out = tmp_path / "prof"
+    code, text, err = run(capsys, "profile", "--workloads", "launch:8", "--out", str(out),
+                          "--device", "cpu", "--warmup", "0.2", "--measure", "0.4")
+    assert (code, err) == (0, "")
+    assert "1 workloads alone and in 1 pairs" in text
+    data = read_dir(out)
+    assert sorted(data.runs["run_id"].unique()) == ["timeslice-launch-8",
+                                                    "timeslice-launch-8+launch-8"]
+    assert (data.runs["throughput"] > 0).all()
+
+
+def test_profile_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run(capsys, "profile", "--workloads", "nosuchworkload", "--out",
+                       str(tmp_path / "p"), "--device", "cpu")
+    assert code == 2 and "nosuchworkload" in err
+    code, _, err = run(capsys, "profile", "--workloads", "launch", "--out", str(tmp_path / "p"),
+                       "--device", "cpu", "--modes", "mps")
+    assert code == 2 and err.startswith("interplace: error:")
+    assert list(tmp_path.iterdir()) == []

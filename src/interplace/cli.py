@@ -151,6 +151,21 @@ def _cmd_collect(args: argparse.Namespace) -> int:
     return 128 - result.returncode if result.returncode < 0 else result.returncode
 
 
+def _cmd_profile(args: argparse.Namespace) -> int:
+    from interplace.collectors.profile import parse_workloads, profile
+
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    workloads = parse_workloads(args.workloads)
+    out = profile(workloads, args.out, modes=modes, warmup_s=args.warmup,
+                  measure_s=args.measure, device=args.device, pairs=not args.no_pairs,
+                  progress=sys.stderr.isatty())
+    n = len(workloads)
+    sys.stdout.write(f"profiled {n} workloads alone"
+                     f"{'' if args.no_pairs else f' and in {n * (n + 1) // 2} pairs'} "
+                     f"({', '.join(modes)}) -> {out}/runs.csv, {out}/samples.csv\n")
+    return 0
+
+
 def _build_parser() -> argparse.ArgumentParser:
     from interplace.topology import builtin_names
 
@@ -212,6 +227,26 @@ def _build_parser() -> argparse.ArgumentParser:
     col.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
                      help="command to run while sampling")
     col.set_defaults(func=_cmd_collect)
+
+    prof = sub.add_parser(
+        "profile", help="measure workloads alone and in every pair on one GPU",
+        description="Run each workload alone and every pair together on one device (co-runners "
+        "start at the same instant), measure each one's throughput over the same window from "
+        "its INTERPLACE_PROGRESS lines, sample counters throughout, and write runs.csv + "
+        "samples.csv. SPEC: built-in names (gemm,memcpy,h2d,d2h,launch,cnn,transformer,"
+        "cpu_pipeline; NAME:SIZE sets a size) or a .json/.toml file of {name, command} jobs.",
+    )
+    prof.add_argument("--workloads", required=True, metavar="SPEC")
+    prof.add_argument("--out", required=True, metavar="DIR", help="output directory (new)")
+    prof.add_argument("--modes", default="timeslice",
+                      help="comma list of sharing modes: timeslice, mps (default: timeslice)")
+    prof.add_argument("--warmup", type=float, default=2.0, metavar="S",
+                      help="seconds before the measurement window (default: 2)")
+    prof.add_argument("--measure", type=float, default=5.0, metavar="S",
+                      help="length of the measurement window (default: 5)")
+    prof.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    prof.add_argument("--no-pairs", action="store_true", help="only the isolated runs")
+    prof.set_defaults(func=_cmd_profile)
 
     demo = sub.add_parser(
         "demo", help="run interplace end to end on built-in data",

@@ -1,0 +1,507 @@
+"""Profile workloads alone and in pairs on one device: the library side of ``interplace profile``.
+
+:func:`profile` runs every workload alone and every unordered pair (a workload with itself
+too) on one device, for each sharing ``mode``, and writes a co-location data set in the runs
+format (``runs.csv``: ``run_id, job, throughput, mode, device, unit``; ``samples.csv``:
+``run_id, t_s, metric, value, device, host``) that ``interplace.datasets.read_dir`` reads.
+
+Each run:
+
+1. starts the co-runners with ``INTERPLACE_WAIT_GO=1`` and waits until every one has printed
+   ``INTERPLACE_UNIT`` (set-up done; see :mod:`interplace.collectors.workloads` for the
+   protocol), then writes ``GO`` to all their stdins at one instant :math:`t_0`;
+2. samples counters (NVML when it can be initialised, host counters always) from :math:`t_0`;
+3. waits until every co-runner has reported progress past :math:`t_1 = t_0 + w + m`
+   (``w`` = ``warmup_s``, ``m`` = ``measure_s``), then stops them all.
+
+The throughput of a co-runner is the units it did in the common window
+:math:`[t_0 + w, t_1]` over :math:`m`, with its progress curve :math:`U(t)` interpolated
+linearly between reports (:func:`window_units`):
+:math:`T = (U(t_1) - U(t_0 + w)) / m`.
+
+A workload that crashes, never reports ``INTERPLACE_UNIT`` or stops reporting progress before
+:math:`t_1` raises :class:`InputError` naming it; its co-runners are killed and nothing is
+written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tomllib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import pandas as pd
+
+from interplace.collectors.host import HostSampler
+from interplace.collectors.nvml import GpuCounterBackend, PynvmlSampler
+from interplace.collectors.sampler import sample
+from interplace.collectors.workloads import BUILTINS, PROGRESS_TAG, UNIT_TAG, WAIT_GO_ENV
+from interplace.errors import InputError, atomic_write, read_input
+
+__all__ = [
+    "MODES",
+    "Progress",
+    "WorkloadSpec",
+    "mps_unavailable_reason",
+    "parse_progress",
+    "parse_workloads",
+    "profile",
+    "window_units",
+]
+
+MODES = ("timeslice", "mps")
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """A workload: a ``name`` (letters, digits, ``_ . -``) and the command ``argv`` to run.
+
+    ``{device}`` and ``{seconds}`` in ``argv`` are replaced by the device (``cuda`` / ``cpu``)
+    and the seconds the profiler needs the job to run after ``GO``.
+
+    >>> WorkloadSpec("toy", ("python", "toy.py", "--device", "{device}")).name
+    'toy'
+    >>> WorkloadSpec("a b", ("x",))
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: workload name 'a b' must be letters, digits, '_', '.' or '-'
+    """
+
+    name: str
+    argv: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise InputError(f"workload name {self.name!r} must be letters, digits, '_', '.' "
+                             "or '-'")
+        if not isinstance(self.argv, tuple) or not self.argv or not all(
+                isinstance(a, str) for a in self.argv) or not self.argv[0]:
+            raise InputError(f"workload {self.name!r}: the command must be a non-empty list "
+                             "of strings")
+
+
+def _builtin(name: str, size: int | None) -> WorkloadSpec:
+    argv = [sys.executable, "-m", f"interplace.collectors.workloads.{name}",
+            "--device", "{device}", "--seconds", "{seconds}"]
+    if size is not None:
+        argv += ["--size", str(size)]
+    return WorkloadSpec(name if size is None else f"{name}-{size}", tuple(argv))
+
+
+def _from_file(path: Path) -> list[WorkloadSpec]:
+    text = read_input(path)
+    try:
+        if path.suffix.lower() == ".toml":
+            doc: Any = tomllib.loads(text.decode("utf-8"))
+        else:
+            doc = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: not valid {path.suffix.lstrip('.').upper()}: "
+                         f"{str(exc).splitlines()[0]}") from None
+    if isinstance(doc, dict):
+        doc = doc.get("workloads", doc.get("workload"))
+    if not isinstance(doc, list) or not doc:
+        raise InputError(f"{path}: expected a non-empty list of {{name, command}} workloads "
+                         "(top level, or under 'workloads')")
+    specs = []
+    for i, item in enumerate(doc):
+        if not isinstance(item, dict) or "name" not in item or "command" not in item:
+            raise InputError(f"{path}: workload {i} needs 'name' and 'command'")
+        cmd = item["command"]
+        if isinstance(cmd, str):
+            cmd = shlex.split(cmd)
+        if not isinstance(cmd, list):
+            raise InputError(f"{path}: workload {item['name']!r}: 'command' must be a string "
+                             "or a list of strings")
+        specs.append(WorkloadSpec(str(item["name"]), tuple(cmd)))
+    return specs
+
+
+def parse_workloads(spec: str) -> list[WorkloadSpec]:
+    """Workloads from ``spec``: a comma list of built-in names, or a JSON / TOML file.
+
+    A built-in name may carry a size, ``gemm:512`` (passed as ``--size 512``; the job is then
+    named ``gemm-512``). A file (``.json`` or ``.toml``) lists ``{name, command}`` items, at the
+    top level or under ``workloads`` (TOML: ``[[workloads]]`` tables); ``command`` is a list of
+    strings or one shell-quoted string.
+
+    >>> [w.name for w in parse_workloads("gemm, launch:8")]
+    ['gemm', 'launch-8']
+    >>> parse_workloads("gemm,nope")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: unknown workload 'nope' (built-ins: gemm, memcpy, ...)
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise InputError("no workloads given")
+    path = Path(spec.strip())
+    if path.suffix.lower() in (".json", ".toml") or path.is_file():
+        specs = _from_file(path)
+    else:
+        specs = []
+        for item in (s.strip() for s in spec.split(",")):
+            if not item:
+                continue
+            name, _, size = item.partition(":")
+            if name not in BUILTINS:
+                raise InputError(f"unknown workload {name!r} (built-ins: {', '.join(BUILTINS)}; "
+                                 "or give a .json / .toml file)")
+            if size and (not size.isdigit() or int(size) < 1):
+                raise InputError(f"workload {item!r}: the size after ':' must be a positive "
+                                 "integer")
+            specs.append(_builtin(name, int(size) if size else None))
+    names = [s.name for s in specs]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise InputError(f"workload name(s) given twice: {', '.join(dup)}")
+    if not specs:
+        raise InputError("no workloads given")
+    return specs
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A workload's parsed protocol: its ``unit`` (``None`` before ``INTERPLACE_UNIT``) and
+    its progress curve, ``times`` (monotonic seconds) and ``units`` (totals), shape ``(n,)``."""
+
+    unit: str | None
+    times: np.ndarray[Any, Any]
+    units: np.ndarray[Any, Any]
+
+
+def parse_progress(lines: Iterable[str], name: str) -> Progress:
+    """Parse a workload's stdout lines; other lines are ignored.
+
+    Raises :class:`InputError` naming the workload on a malformed protocol line, times going
+    backwards or units decreasing.
+
+    >>> p = parse_progress(["hello", "INTERPLACE_UNIT steps", "INTERPLACE_PROGRESS 1.0 0",
+    ...                     "INTERPLACE_PROGRESS 1.5 10"], "toy")
+    >>> p.unit, p.times.tolist(), p.units.tolist()
+    ('steps', [1.0, 1.5], [0.0, 10.0])
+    >>> parse_progress(["INTERPLACE_PROGRESS 1.0 x"], "toy")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: workload 'toy': malformed progress line ...
+    """
+    unit: str | None = None
+    ts: list[float] = []
+    us: list[float] = []
+    for line in lines:
+        parts = line.split()
+        if not parts:
+            continue
+        if parts[0] == UNIT_TAG:
+            if len(parts) != 2:
+                raise InputError(f"workload {name!r}: malformed unit line {line.strip()!r}")
+            unit = parts[1]
+        elif parts[0] == PROGRESS_TAG:
+            try:
+                t, u = float(parts[1]), float(parts[2])
+                if len(parts) != 3 or not (math.isfinite(t) and math.isfinite(u)):
+                    raise ValueError
+            except (ValueError, IndexError):
+                raise InputError(f"workload {name!r}: malformed progress line "
+                                 f"{line.strip()!r}") from None
+            if ts and (t < ts[-1] or u < us[-1]):
+                raise InputError(f"workload {name!r}: progress went backwards at "
+                                 f"{line.strip()!r}")
+            ts.append(t)
+            us.append(u)
+    return Progress(unit, np.asarray(ts, dtype=float), np.asarray(us, dtype=float))
+
+
+def window_units(times: np.ndarray[Any, Any], units: np.ndarray[Any, Any], start: float,
+                 end: float) -> float:
+    """Units done in ``[start, end]``: :math:`U(end) - U(start)`, ``U`` interpolated linearly.
+
+    Before the first report ``U`` is the first value (no work is credited before the job
+    reports); ``end`` must not be after the last report.
+
+    >>> window_units(np.array([0.0, 1.0, 2.0]), np.array([0.0, 10.0, 30.0]), 0.5, 1.5)
+    15.0
+    >>> window_units(np.array([1.0, 2.0]), np.array([0.0, 4.0]), 0.0, 3.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: the window ends at 3.0, after the last report at 2.0
+    """
+    if times.size == 0 or end > times[-1]:
+        last = float(times[-1]) if times.size else None
+        raise ValueError(f"the window ends at {end!r}, after the last report at {last!r}")
+    u = np.interp([start, end], times, units)
+    return float(u[1] - u[0])
+
+
+def mps_unavailable_reason(which: Callable[[str], str | None] = shutil.which,
+                           proc_root: Path = Path("/proc")) -> str | None:
+    """Why MPS cannot be used here, or ``None`` when its control daemon is running.
+
+    >>> mps_unavailable_reason(which=lambda _: None)
+    'nvidia-cuda-mps-control is not on PATH'
+    """
+    if which("nvidia-cuda-mps-control") is None:
+        return "nvidia-cuda-mps-control is not on PATH"
+    with contextlib.suppress(OSError):
+        for comm in proc_root.glob("[0-9]*/comm"):
+            with contextlib.suppress(OSError):
+                # the kernel truncates comm to 15 characters: "nvidia-cuda-mps"
+                if comm.read_text().strip().startswith("nvidia-cuda-mps"):
+                    return None
+    return "the MPS control daemon is not running (start it with nvidia-cuda-mps-control -d)"
+
+
+class _Proc:
+    """One running workload: its stdout is read by a thread, stderr goes to a file."""
+
+    def __init__(self, spec: WorkloadSpec, device: str, seconds: float, env: dict[str, str],
+                 errdir: Path, index: int) -> None:
+        self.spec = spec
+        argv = [a.replace("{device}", device).replace("{seconds}", repr(seconds))
+                for a in spec.argv]
+        self.errpath = errdir / f"{index}-{spec.name}.stderr"
+        self._err: IO[bytes] = open(self.errpath, "wb")  # noqa: SIM115
+        self.lines: list[str] = []
+        self.unit_seen = threading.Event()
+        self.last_t = -math.inf
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=self._err, env=env, text=True, bufsize=1)
+        except OSError as exc:
+            self._err.close()
+            raise InputError(f"workload {spec.name!r}: cannot run {argv[0]}: "
+                             f"{exc.strerror or exc}") from None
+        self._reader = threading.Thread(target=self._read, daemon=True,
+                                        name=f"interplace-profile-{spec.name}")
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            parts = line.split()
+            if parts and parts[0] == UNIT_TAG:
+                self.unit_seen.set()
+            elif len(parts) == 3 and parts[0] == PROGRESS_TAG:
+                with contextlib.suppress(ValueError):
+                    self.last_t = float(parts[1])
+
+    def go(self) -> None:
+        assert self.proc.stdin is not None
+        with contextlib.suppress(OSError):
+            self.proc.stdin.write("GO\n")
+            self.proc.stdin.flush()
+            self.proc.stdin.close()
+
+    def failure(self) -> str:
+        """Why the process is unusable (it exited), with the tail of its stderr."""
+        rc = self.proc.poll()
+        tail = ""
+        with contextlib.suppress(OSError):
+            err = self.errpath.read_text(errors="replace").strip().splitlines()
+            if err:
+                tail = f": {err[-1].strip()}"
+        if rc:
+            return f"workload {self.spec.name!r} crashed (exit code {rc}){tail}"
+        return f"workload {self.spec.name!r} exited before the measurement window ended{tail}"
+
+    def stop(self, grace_s: float = 2.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._reader.join(timeout=grace_s)
+        for f in (self.proc.stdin, self.proc.stdout):
+            if f is not None:
+                with contextlib.suppress(OSError):
+                    f.close()
+        self._err.close()
+
+
+def _run_group(specs: Sequence[WorkloadSpec], *, run_id: str, device: str, env: dict[str, str],
+               warmup_s: float, measure_s: float, startup_timeout_s: float, grace_s: float,
+               backends: Sequence[GpuCounterBackend], tmp: Path,
+               ) -> tuple[list[tuple[str, float, str]], pd.DataFrame]:
+    """Run ``specs`` together; ``[(job, throughput, unit)]`` and the samples of the run."""
+    seconds = warmup_s + measure_s + grace_s + 1.0
+    procs: list[_Proc] = []
+    stop = threading.Event()
+    sampler: threading.Thread | None = None
+    sample_error: list[BaseException] = []
+    out = tmp / f"samples-{len(list(tmp.glob('samples-*')))}.csv"
+    try:
+        for i, s in enumerate(specs):
+            procs.append(_Proc(s, device, seconds, env, tmp, i))
+        deadline = time.monotonic() + startup_timeout_s
+        for p in procs:
+            while not p.unit_seen.wait(0.02):
+                if p.proc.poll() is not None and not p.unit_seen.is_set():
+                    raise InputError(p.failure() + " before reporting INTERPLACE_UNIT")
+                if time.monotonic() > deadline:
+                    raise InputError(f"workload {p.spec.name!r} never reported "
+                                     f"{UNIT_TAG} within {startup_timeout_s:g} s")
+
+        def run_sampler() -> None:
+            try:
+                sample(backends, 0.1, None, stop, out=out, sleep=stop.wait, run_id=run_id)
+            except BaseException as exc:
+                sample_error.append(exc)
+
+        t0 = time.monotonic()
+        for p in procs:
+            p.go()
+        sampler = threading.Thread(target=run_sampler, daemon=True,
+                                   name="interplace-profile-sampler")
+        sampler.start()
+        t1 = t0 + warmup_s + measure_s
+        while True:
+            pending = [p for p in procs if p.last_t < t1]
+            if not pending:
+                break
+            for p in pending:
+                if p.proc.poll() is not None:
+                    p._reader.join(timeout=1.0)
+                    if p.last_t < t1:
+                        raise InputError(p.failure())
+            if time.monotonic() > t1 + grace_s:
+                p = pending[0]
+                raise InputError(f"workload {p.spec.name!r} never reported progress past the "
+                                 f"measurement window ({PROGRESS_TAG} lines at least every "
+                                 "0.2 s are needed)")
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        if sampler is not None:
+            sampler.join()
+        for p in procs:
+            p.stop()
+    if sample_error:
+        raise sample_error[0]
+    rows = []
+    for p in procs:
+        prog = parse_progress(p.lines, p.spec.name)
+        done = window_units(prog.times, prog.units, t0 + warmup_s, t1)
+        if not done > 0:
+            raise InputError(f"workload {p.spec.name!r} made no progress in the measurement "
+                             "window")
+        rows.append((p.spec.name, done / measure_s, prog.unit or ""))
+    samples = pd.read_csv(out, keep_default_na=False, na_values=[""],
+                          dtype={"run_id": str, "host": str, "device": str, "metric": str})
+    return rows, samples
+
+
+def profile(
+    workloads: Sequence[WorkloadSpec],
+    out_dir: str | os.PathLike[str],
+    *,
+    modes: Sequence[str] = ("timeslice",),
+    warmup_s: float = 2.0,
+    measure_s: float = 5.0,
+    device: str = "cuda",
+    pairs: bool = True,
+    progress: bool = False,
+    startup_timeout_s: float = 120.0,
+    grace_s: float = 5.0,
+    backends: Sequence[GpuCounterBackend] | None = None,
+) -> Path:
+    """Run ``workloads`` alone and in pairs; write ``out_dir/runs.csv`` and ``samples.csv``.
+
+    Runs, per mode: each workload alone (``run_id`` ``<mode>-<name>``), then with ``pairs``
+    every unordered pair including a workload with itself (``<mode>-<a>+<b>``). ``mps`` needs
+    ``device="cuda"`` and a running MPS control daemon; in ``timeslice`` mode the jobs are kept
+    off a running daemon (``CUDA_MPS_PIPE_DIRECTORY`` points at an empty directory).
+    ``backends`` (default: NVML if it initialises, plus host counters) are sampled every 0.1 s
+    during each run. A workload must report ``INTERPLACE_UNIT`` within ``startup_timeout_s``
+    and progress past the window within ``grace_s`` of its end. Returns ``out_dir``.
+    """
+    if not workloads:
+        raise InputError("no workloads given")
+    names = [w.name for w in workloads]
+    if len(set(names)) != len(names):
+        raise InputError("workload names must be unique")
+    if device not in ("cuda", "cpu"):
+        raise InputError(f"device must be 'cuda' or 'cpu', got {device!r}")
+    modes = list(dict.fromkeys(modes))
+    if not modes:
+        raise InputError("no sharing modes given")
+    for m in modes:
+        if m not in MODES:
+            raise InputError(f"unknown mode {m!r} (modes: {', '.join(MODES)})")
+    for name, v, zero_ok in (("warmup", warmup_s, True), ("measure", measure_s, False)):
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or (
+                v < 0 if zero_ok else v <= 0):
+            kind = "non-negative" if zero_ok else "positive"
+            raise InputError(f"the {name} time must be a {kind} number of seconds, got {v!r}")
+    daemon = mps_unavailable_reason() is None
+    if "mps" in modes:
+        if device != "cuda":
+            raise InputError("mode 'mps' needs device 'cuda'")
+        reason = mps_unavailable_reason()
+        if reason is not None:
+            raise InputError(f"mode 'mps' is unavailable: {reason}")
+    groups: list[tuple[str, str, tuple[WorkloadSpec, ...]]] = []
+    for m in modes:
+        groups += [(m, f"{m}-{w.name}", (w,)) for w in workloads]
+        if pairs:
+            groups += [(m, f"{m}-{a.name}+{b.name}", (a, b))
+                       for i, a in enumerate(workloads) for b in workloads[i:]]
+    run_rows: list[dict[str, Any]] = []
+    sample_frames: list[pd.DataFrame] = []
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="interplace-prof-")))
+        nomps = tmp / "no-mps"
+        nomps.mkdir()
+        gpu: list[GpuCounterBackend] = []
+        if backends is None and device == "cuda":
+            with contextlib.suppress(InputError):
+                gpu.append(stack.enter_context(PynvmlSampler()))
+        bar: Any = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = stack.enter_context(tqdm(total=len(groups), unit="run", file=sys.stderr,
+                                           desc="profiling"))
+        for mode, run_id, specs in groups:
+            env = dict(os.environ, **{WAIT_GO_ENV: "1", "PYTHONUNBUFFERED": "1"})
+            if mode == "timeslice" and daemon:
+                env["CUDA_MPS_PIPE_DIRECTORY"] = str(nomps)
+            used = list(backends) if backends is not None else [*gpu, HostSampler()]
+            rows, samples = _run_group(specs, run_id=run_id, device=device, env=env,
+                                       warmup_s=warmup_s, measure_s=measure_s,
+                                       startup_timeout_s=startup_timeout_s, grace_s=grace_s,
+                                       backends=used, tmp=tmp)
+            run_rows += [{"run_id": run_id, "job": job, "throughput": thr, "mode": mode,
+                          "device": device, "unit": unit} for job, thr, unit in rows]
+            sample_frames.append(samples)
+            if bar is not None:
+                bar.update(1)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cols = ["run_id", "t_s", "metric", "value", "device", "host"]
+    samples_all = pd.concat(sample_frames, ignore_index=True) if sample_frames else None
+    if samples_all is None or samples_all.empty:
+        samples_all = pd.DataFrame({c: [] for c in cols})
+    with atomic_write(out / "samples.csv") as fh:
+        samples_all[cols].to_csv(fh, index=False)
+    with atomic_write(out / "runs.csv") as fh:
+        pd.DataFrame(run_rows, columns=["run_id", "job", "throughput", "mode", "device",
+                                        "unit"]).to_csv(fh, index=False)
+    return out

@@ -1,0 +1,186 @@
+"""profile(): co-runners released together, window throughputs, runs/samples files."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from interplace.collectors.host import HostSampler
+from interplace.collectors.profile import (
+    WorkloadSpec,
+    mps_unavailable_reason,
+    parse_progress,
+    parse_workloads,
+    profile,
+    window_units,
+)
+from interplace.datasets import read_dir
+from interplace.errors import InputError
+
+# A user job following the protocol: one step per 10 ms sleep, so at most 100 steps/s.
+_TOY = """
+import os, sys, time
+print("INTERPLACE_UNIT steps", flush=True)
+if os.environ.get("INTERPLACE_WAIT_GO") == "1":
+    sys.stdin.readline()
+end = time.monotonic() + float(sys.argv[1])
+n = 0
+print(f"INTERPLACE_PROGRESS {time.monotonic()!r} 0", flush=True)
+while time.monotonic() < end:
+    time.sleep(0.01)
+    n += 1
+    print(f"INTERPLACE_PROGRESS {time.monotonic()!r} {n}", flush=True)
+"""
+
+
+def _py(name: str, script: str) -> WorkloadSpec:
+    return WorkloadSpec(name, (sys.executable, "-c", script, "{seconds}"))
+
+
+# ---------------------------------------------------------------- protocol and interpolation
+
+
+def test_parse_progress_ignores_other_lines_and_checks_order() -> None:
+    p = parse_progress(["loss 0.3", "INTERPLACE_UNIT bytes", "INTERPLACE_PROGRESS 10.0 0",
+                        "INTERPLACE_PROGRESS 10.1 5e3", ""], "j")
+    assert p.unit == "bytes"
+    assert p.times.tolist() == [10.0, 10.1]
+    assert p.units.tolist() == [0.0, 5000.0]
+    with pytest.raises(InputError, match="'j': progress went backwards"):
+        parse_progress(["INTERPLACE_PROGRESS 2 5", "INTERPLACE_PROGRESS 3 4"], "j")
+    with pytest.raises(InputError, match="malformed progress line"):
+        parse_progress(["INTERPLACE_PROGRESS 2 5 7"], "j")
+    with pytest.raises(InputError, match="malformed unit line"):
+        parse_progress(["INTERPLACE_UNIT"], "j")
+
+
+def test_window_units_interpolates_at_both_edges() -> None:
+    t = np.array([0.0, 1.0, 3.0])
+    u = np.array([0.0, 10.0, 50.0])
+    # U(0.25) = 2.5; U(2.0) = 10 + 40 * (1/2) = 30
+    assert window_units(t, u, 0.25, 2.0) == pytest.approx(27.5)
+    assert window_units(t, u, 1.0, 3.0) == pytest.approx(40.0)
+    # before the first report nothing is credited
+    assert window_units(t + 1.0, u, 0.0, 2.0) == pytest.approx(10.0)
+    with pytest.raises(ValueError, match="after the last report"):
+        window_units(t, u, 0.0, 3.5)
+
+
+def test_parse_workloads_builtins_and_files(tmp_path: Path) -> None:
+    specs = parse_workloads("gemm,launch:8")
+    assert [s.name for s in specs] == ["gemm", "launch-8"]
+    assert specs[1].argv[-2:] == ("--size", "8")
+    assert "{device}" in specs[0].argv
+    js = tmp_path / "w.json"
+    js.write_text(json.dumps({"workloads": [{"name": "a", "command": "python a.py --x 1"},
+                                            {"name": "b", "command": ["b", "{device}"]}]}))
+    assert [(s.name, s.argv) for s in parse_workloads(str(js))] == [
+        ("a", ("python", "a.py", "--x", "1")), ("b", ("b", "{device}"))]
+    tm = tmp_path / "w.toml"
+    tm.write_text('[[workloads]]\nname = "t"\ncommand = ["run", "{seconds}"]\n')
+    assert parse_workloads(str(tm)) == [WorkloadSpec("t", ("run", "{seconds}"))]
+    with pytest.raises(InputError, match="unknown workload 'bogus'"):
+        parse_workloads("gemm,bogus")
+    with pytest.raises(InputError, match="given twice: gemm"):
+        parse_workloads("gemm,gemm")
+    with pytest.raises(InputError, match="no such file"):
+        parse_workloads(str(tmp_path / "missing.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"name": "x"}]')
+    with pytest.raises(InputError, match="needs 'name' and 'command'"):
+        parse_workloads(str(bad))
+
+
+def test_mps_reason(tmp_path: Path) -> None:
+    assert mps_unavailable_reason(which=lambda _: None) == \
+        "nvidia-cuda-mps-control is not on PATH"
+    (tmp_path / "12").mkdir()
+    (tmp_path / "12" / "comm").write_text("python\n")
+    found = mps_unavailable_reason(which=lambda _: "/usr/bin/x", proc_root=tmp_path)
+    assert found is not None and "not running" in found
+    (tmp_path / "34").mkdir()
+    (tmp_path / "34" / "comm").write_text("nvidia-cuda-mps\n")
+    assert mps_unavailable_reason(which=lambda _: "/usr/bin/x", proc_root=tmp_path) is None
+
+
+# ---------------------------------------------------------------- profile() end to end
+
+
+def test_profile_builtins_alone_and_in_pairs(tmp_path: Path) -> None:
+    out = profile(parse_workloads("launch:8,gemm:16"), tmp_path / "prof", warmup_s=0.2,
+                  measure_s=0.5, device="cpu")
+    data = read_dir(out)
+    runs = data.runs
+    sizes = runs.groupby("run_id")["job"].size()
+    assert (sizes == 1).sum() == 2 and (sizes == 2).sum() == 3
+    assert sorted(runs.loc[runs["run_id"] == "timeslice-launch-8+launch-8", "job"]) == \
+        ["launch-8", "launch-8"]
+    assert (runs["throughput"] > 0).all()
+    assert set(runs["mode"]) == {"timeslice"} and set(runs["device"]) == {"cpu"}
+    assert dict(zip(runs["job"], runs["unit"], strict=True)) == {"launch-8": "kernels",
+                                                                 "gemm-16": "flop"}
+    assert data.samples is not None
+    assert set(data.samples["run_id"]) == set(runs["run_id"])
+    assert "host_mem_used_bytes" in set(data.samples["metric"])
+
+
+def test_profile_user_job_from_json(tmp_path: Path) -> None:
+    spec = tmp_path / "jobs.json"
+    spec.write_text(json.dumps([{"name": "toy",
+                                 "command": [sys.executable, "-c", _TOY, "{seconds}"]}]))
+    out = profile(parse_workloads(str(spec)), tmp_path / "o", warmup_s=0.2, measure_s=0.5,
+                  device="cpu", pairs=False)
+    runs = read_dir(out).runs
+    assert runs["run_id"].tolist() == ["timeslice-toy"]
+    assert runs["unit"].tolist() == ["steps"]
+    # 10 ms sleeps: at most 100 steps/s; even a loaded 2-core VM manages well over 20
+    assert 20.0 < runs["throughput"].iloc[0] <= 101.0
+
+
+_CRASH = """
+import sys
+print("INTERPLACE_UNIT steps", flush=True)
+sys.stdin.readline()
+print("boom", file=sys.stderr)
+raise SystemExit(3)
+"""
+
+_SILENT = """
+import sys, time
+print("INTERPLACE_UNIT steps", flush=True)
+sys.stdin.readline()
+time.sleep(30)
+"""
+
+
+def test_crashing_workload_is_named_and_nothing_written(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"'bad' crashed \(exit code 3\): boom"):
+        profile([_py("ok", _TOY), _py("bad", _CRASH)], tmp_path / "o", warmup_s=0.1,
+                measure_s=0.2, device="cpu", backends=[HostSampler()])
+    assert not (tmp_path / "o" / "runs.csv").exists()
+
+
+def test_silent_workload_is_named(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="'quiet' never reported progress"):
+        profile([_py("quiet", _SILENT)], tmp_path / "o", warmup_s=0.1, measure_s=0.2,
+                device="cpu", grace_s=0.3)
+    no_unit = _py("mute", "import time; time.sleep(30)")
+    with pytest.raises(InputError, match="'mute' never reported INTERPLACE_UNIT"):
+        profile([no_unit], tmp_path / "o", device="cpu", startup_timeout_s=0.5)
+    assert not (tmp_path / "o").exists()
+
+
+def test_mps_refused_without_daemon(tmp_path: Path) -> None:
+    if mps_unavailable_reason() is None:
+        pytest.skip("an MPS daemon is running here")
+    with pytest.raises(InputError, match="mode 'mps' is unavailable"):
+        profile([_py("toy", _TOY)], tmp_path, modes=("timeslice", "mps"), device="cuda")
+    with pytest.raises(InputError, match="needs device 'cuda'"):
+        profile([_py("toy", _TOY)], tmp_path, modes=("mps",), device="cpu")
+    with pytest.raises(InputError, match="unknown mode 'spatial'"):
+        profile([_py("toy", _TOY)], tmp_path, modes=("spatial",), device="cpu")
+    assert not (tmp_path / "runs.csv").exists()
