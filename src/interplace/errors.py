@@ -8,13 +8,14 @@ raises :class:`InputError` with a one-line message naming the problem. The CLI t
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
-__all__ = ["InputError", "atomic_write", "read_input"]
+__all__ = ["InputError", "atomic_write", "parse_json", "read_input", "read_json"]
 
 
 class InputError(ValueError):
@@ -78,3 +79,28 @@ def read_input(path: str | os.PathLike[str]) -> bytes:
         raise InputError(f"{p} is a directory, not a file") from None
     except OSError as exc:
         raise InputError(f"cannot read {p}: {exc.strerror or exc}") from None
+
+
+def parse_json(text: str | bytes, what: str) -> Any:
+    """Decoded JSON, or an :class:`InputError` saying ``what`` is not JSON.
+
+    >>> parse_json('{"version": 1}', "recording")
+    {'version': 1}
+    >>> parse_json("{oops", "recording")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: malformed recording: not JSON (Expecting property name ...)
+    """
+    try:
+        return json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(f"malformed {what}: not JSON ({exc})") from None
+
+
+def read_json(path: str | os.PathLike[str], what: str) -> Any:
+    """Decoded JSON of the file ``path``; errors name it as ``what`` (e.g. "NVML recording")."""
+    try:
+        text = Path(path).read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read {what} {path}: {exc.strerror}") from None
+    return parse_json(text, f"{what} {path}")

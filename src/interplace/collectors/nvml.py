@@ -37,15 +37,13 @@ throughput fallback, appear from the second read of a GPU on.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
 
-from interplace.errors import InputError
+from interplace.errors import InputError, parse_json, read_json
 
 __all__ = [
     "DeviceLost",
@@ -336,20 +334,13 @@ class ReplayGpuBackend:
     @classmethod
     def from_json(cls, text: str | bytes, what: str = "GPU counter recording") -> ReplayGpuBackend:
         """Parse a JSON document."""
-        try:
-            data = json.loads(text)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise InputError(f"malformed {what}: not JSON ({exc})") from None
-        return cls(data, what=what)
+        return cls(parse_json(text, what), what=what)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> ReplayGpuBackend:
         """Load a recording written from :meth:`record`."""
-        try:
-            text = Path(path).read_bytes()
-        except OSError as exc:
-            raise InputError(f"cannot read GPU counter recording {path}: {exc.strerror}") from None
-        return cls.from_json(text, what=f"GPU counter recording {path}")
+        what = "GPU counter recording"
+        return cls(read_json(path, what), what=f"{what} {path}")
 
     @staticmethod
     def record(backend: GpuCounterBackend, samples: int) -> dict[str, Any]:

@@ -55,7 +55,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Literal, Protocol, cast, runtime_checkable
 
-from interplace.errors import InputError, atomic_write
+from interplace.errors import InputError, atomic_write, parse_json, read_json
 from interplace.topology._graph import Topology, TopologyBuilder
 from interplace.topology._units import nvlink_link_gbps, parse_gts, pcie_gbps
 
@@ -333,20 +333,13 @@ class ReplayBackend:
     @classmethod
     def from_json(cls, text: str | bytes, what: str = "NVML recording") -> ReplayBackend:
         """Parse a JSON document."""
-        try:
-            data = json.loads(text)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise InputError(f"malformed {what}: not JSON ({exc})") from None
-        return cls(data, what=what)
+        return cls(parse_json(text, what), what=what)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> ReplayBackend:
         """Load a recording written by :meth:`record` (or :func:`record_discovery`)."""
-        try:
-            text = Path(path).read_bytes()
-        except OSError as exc:
-            raise InputError(f"cannot read NVML recording {path}: {exc.strerror}") from None
-        return cls.from_json(text, what=f"NVML recording {path}")
+        what = "NVML recording"
+        return cls(read_json(path, what), what=f"{what} {path}")
 
     @staticmethod
     def record(backend: NvmlBackend, hostname: str | None = None) -> dict[str, Any]:
