@@ -10,15 +10,19 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, cast
 
 from interplace import __version__
-from interplace.errors import InputError
+from interplace.errors import InputError, atomic_write
 
 if TYPE_CHECKING:
+    import pandas as pd
+
+    from interplace.datasets.runs import CoLocationData
     from interplace.topology import Topology
 
 __all__ = ["main"]
@@ -68,9 +72,11 @@ def _cmd_topo(args: argparse.Namespace) -> int:
 
 def _summary(topo: Topology) -> str:
     machines = len(topo.machines())
-    return (f"{topo.name}: {len(topo.gpus())} GPUs, {machines} machine{'s' * (machines > 1)}, "
-            f"{topo.numa_nodes} NUMA nodes, {topo.pcie_switches} PCIe switches, "
-            f"{len(topo.nics())} NICs\n")
+    return (
+        f"{topo.name}: {len(topo.gpus())} GPUs, {machines} machine{'s' * (machines > 1)}, "
+        f"{topo.numa_nodes} NUMA nodes, {topo.pcie_switches} PCIe switches, "
+        f"{len(topo.nics())} NICs\n"
+    )
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -105,8 +111,10 @@ def _describe_set(topo: Topology, gpus: list[str]) -> str:
     classes = sorted({p.connection for _, _, p in pairs})
     slowest = min(pairs, key=lambda t: t[2].bottleneck)
     shared = [d for d in topo.domains(gpus) if len(d.gpus) > 1]
-    lines = [f"  GPUs {{{','.join(gpus)}}}: connections {'/'.join(classes)}; slowest pair "
-             f"{slowest[0]}-{slowest[1]} at {slowest[2].bottleneck:.1f} GB/s"]
+    lines = [
+        f"  GPUs {{{','.join(gpus)}}}: connections {'/'.join(classes)}; slowest pair "
+        f"{slowest[0]}-{slowest[1]} at {slowest[2].bottleneck:.1f} GB/s"
+    ]
     for d in shared:
         bw = "" if d.bandwidth is None else f" ({d.bandwidth:.1f} GB/s)"
         lines.append(f"    {d.kind:<12} {d.name}{bw} used by {','.join(d.gpus)}")
@@ -117,13 +125,16 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     from interplace.collectors import ingest, write_samples
 
     fields = [f.strip() for f in args.fields.split(",") if f.strip()] if args.fields else None
-    df = ingest(args.file, format=args.format, host=args.host, fields=fields,
-                interval_s=args.interval)
+    df = ingest(
+        args.file, format=args.format, host=args.host, fields=fields, interval_s=args.interval
+    )
     write_samples(df, args.out)
     n_dev = df["device"].nunique()
     n_met = df["metric"].nunique()
-    sys.stdout.write(f"{args.file}: {df.attrs.get('format', args.format)}, {len(df)} samples, "
-                     f"{n_met} metrics, {n_dev} devices -> {args.out}\n")
+    sys.stdout.write(
+        f"{args.file}: {df.attrs.get('format', args.format)}, {len(df)} samples, "
+        f"{n_met} metrics, {n_dev} devices -> {args.out}\n"
+    )
     unsupported = df.attrs.get("unsupported")
     if unsupported:
         names = ", ".join(sorted(unsupported))
@@ -139,13 +150,21 @@ def _cmd_collect(args: argparse.Namespace) -> int:
         cmd = cmd[1:]
     if args.interval_ms <= 0:
         raise InputError(f"--interval-ms must be positive, got {args.interval_ms}")
-    result = collect(cmd or None, args.out, interval_s=args.interval_ms / 1000.0,
-                     duration_s=args.duration, progress=sys.stderr.isatty(), run_id=args.run_id)
+    result = collect(
+        cmd or None,
+        args.out,
+        interval_s=args.interval_ms / 1000.0,
+        duration_s=args.duration,
+        progress=sys.stderr.isatty(),
+        run_id=args.run_id,
+    )
     if result.note:
         sys.stderr.write(f"interplace: {result.note}\n")
     s = result.summary
-    sys.stderr.write(f"interplace: {s.rows} readings from {s.samples} samples over "
-                     f"{s.seconds:.1f} s ({', '.join(result.backends)}) -> {args.out}\n")
+    sys.stderr.write(
+        f"interplace: {s.rows} readings from {s.samples} samples over "
+        f"{s.seconds:.1f} s ({', '.join(result.backends)}) -> {args.out}\n"
+    )
     if result.returncode is None:
         return 0
     return 128 - result.returncode if result.returncode < 0 else result.returncode
@@ -156,14 +175,252 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
     workloads = parse_workloads(args.workloads)
-    out = profile(workloads, args.out, modes=modes, warmup_s=args.warmup,
-                  measure_s=args.measure, device=args.device, pairs=not args.no_pairs,
-                  progress=sys.stderr.isatty())
+    out = profile(
+        workloads,
+        args.out,
+        modes=modes,
+        warmup_s=args.warmup,
+        measure_s=args.measure,
+        device=args.device,
+        pairs=not args.no_pairs,
+        progress=sys.stderr.isatty(),
+    )
     n = len(workloads)
-    sys.stdout.write(f"profiled {n} workloads alone"
-                     f"{'' if args.no_pairs else f' and in {n * (n + 1) // 2} pairs'} "
-                     f"({', '.join(modes)}) -> {out}/runs.csv, {out}/samples.csv\n")
+    sys.stdout.write(
+        f"profiled {n} workloads alone"
+        f"{'' if args.no_pairs else f' and in {n * (n + 1) // 2} pairs'} "
+        f"({', '.join(modes)}) -> {out}/runs.csv, {out}/samples.csv\n"
+    )
     return 0
+
+
+def _int_at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``low``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, not {text!r}")
+        return value
+
+    return parse
+
+
+def _open_fraction(text: str) -> float:
+    """An argparse type: a number strictly between 0 and 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be a number between 0 and 1, not {text!r}")
+    return value
+
+
+def _data_name(runs: Path) -> str:
+    """A data set's name from its runs file: ``prof/runs.csv`` is ``prof``, ``v100.csv`` ``v100``.
+
+    >>> _data_name(Path("prof/runs.csv")), _data_name(Path("data/v100.parquet"))
+    ('prof', 'v100')
+    """
+    if runs.stem == "runs":
+        return runs.resolve().parent.name or runs.stem
+    return runs.stem
+
+
+def _read_data(runs_path: str, samples_path: str | None) -> CoLocationData:
+    from interplace.datasets.runs import (
+        CoLocationData,
+        read_runs,
+        read_samples,
+        validate_samples_for_runs,
+    )
+
+    runs = read_runs(runs_path)
+    samples = None
+    if samples_path is not None:
+        samples = read_samples(samples_path)
+        # Checked here first so that an error names the samples file, not the data set.
+        validate_samples_for_runs(samples, runs, str(samples_path))
+    return CoLocationData(runs, samples, _data_name(Path(runs_path)))
+
+
+def _check_out_dir(path: Path) -> None:
+    """Fail before the slow part when ``path`` could not be written afterwards."""
+    if not path.parent.is_dir():
+        raise InputError(f"output directory does not exist: {path.parent}")
+    if path.is_dir():
+        raise InputError(f"{path} is a directory, not a file")
+
+
+def _cmd_fit(args: argparse.Namespace) -> int:
+    from interplace.model import fit
+
+    out = Path(args.out)
+    if not out.parent.is_dir():
+        raise InputError(f"output directory does not exist: {out.parent}")
+    # InterferenceModel.save refuses these too, but only after the fit; say so at once.
+    if out.exists() and not (
+        out.is_dir() and ((out / "model.json").is_file() or not any(out.iterdir()))
+    ):
+        raise InputError(f"{out} exists and is not an interplace model directory")
+    topology = None
+    if args.topology is not None:
+        from interplace.topology import load
+
+        topology = load(args.topology)
+    data = _read_data(args.runs, args.samples)
+    model = fit(
+        data,
+        seed=args.seed,
+        steps=args.steps,
+        topology=topology,
+        device=args.device,
+        progress=sys.stderr.isatty() and not args.quiet,
+    )
+    model.save(out)
+    info = model.info
+    early = " (converged early)" if info.get("stopped_early") else ""
+    sys.stdout.write(
+        f"fitted {len(model.jobs)} jobs to {info['observations']} co-located observations and "
+        f"{info['counter_groups']} counter groups of {data.name}: {info['steps']} steps{early}, "
+        f"{info['fit_seconds']:.1f} s -> {out}\n"
+    )
+    return 0
+
+
+_PREDICT_SUFFIXES = (".csv", ".parquet")
+
+
+def _read_pairs(path: Path) -> pd.DataFrame:
+    """The pairs table to predict: columns ``job`` and ``co_runner``, names kept as text."""
+    import pandas as pd
+
+    if not path.is_file():
+        raise InputError(f"no such file: {path}")
+    suffix = path.suffix.lower()
+    if suffix not in _PREDICT_SUFFIXES:
+        raise InputError(f"{path}: unknown pairs file type {path.suffix!r} (use .csv or .parquet)")
+    try:
+        if suffix == ".csv":
+            # Every cell as text, nothing read as missing: a job called "NA" stays "NA".
+            pairs = pd.read_csv(path, dtype=str, keep_default_na=False)
+        else:
+            pairs = pd.read_parquet(path)
+    except pd.errors.EmptyDataError:
+        raise InputError(f"{path}: pairs table is empty (needs columns job, co_runner)") from None
+    except Exception as exc:  # pandas' parser errors, UnicodeDecodeError, pyarrow's own errors
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"cannot read pairs table {path}: {first}") from exc
+    missing = [c for c in ("job", "co_runner") if c not in pairs.columns]
+    if missing:
+        raise InputError(
+            f"{path}: pairs table lacks column(s) {', '.join(missing)} (needs job, co_runner)"
+        )
+    if len(pairs) == 0:
+        raise InputError(f"{path}: pairs table has no rows")
+    for pos, (job, co) in enumerate(
+        zip(pairs["job"].tolist(), pairs["co_runner"].tolist(), strict=True)
+    ):
+        for column, value in (("job", job), ("co_runner", co)):
+            if not isinstance(value, str) or not value.strip():
+                raise InputError(f"{path}: pairs row {pos} has no {column} (got {value!r})")
+        if any(not part.strip() for part in co.split("+")):
+            raise InputError(f"{path}: pairs row {pos}: co_runner {co!r} has an empty name")
+    return pairs[["job", "co_runner"]].reset_index(drop=True)
+
+
+def _cmd_predict(args: argparse.Namespace) -> int:
+    from interplace.model import InterferenceModel
+
+    out = Path(args.out)
+    suffix = out.suffix.lower()
+    if suffix not in _PREDICT_SUFFIXES:
+        raise InputError(f"{out}: unknown output file type {out.suffix!r} (use .csv or .parquet)")
+    _check_out_dir(out)
+    pairs_path = Path(args.pairs)
+    pairs = _read_pairs(pairs_path)
+    model = InterferenceModel.load(args.model)
+    known = set(model.jobs)
+    for pos, (job, co) in enumerate(
+        zip(pairs["job"].tolist(), pairs["co_runner"].tolist(), strict=True)
+    ):
+        for name in (job, *(part.strip() for part in co.split("+"))):
+            if name not in known:
+                shown = ", ".join(model.jobs[:8]) + (", ..." if len(model.jobs) > 8 else "")
+                raise InputError(
+                    f"{pairs_path}: pairs row {pos}: unknown job {name!r} (the model was "
+                    f"fitted on {len(model.jobs)} jobs: {shown})"
+                )
+    result = model.predict_frame(pairs, num_samples=args.samples_per_query, seed=args.seed)
+    if suffix == ".csv":
+        with atomic_write(out, "w") as fh:
+            result.to_csv(cast("IO[str]", fh), index=False, lineterminator="\n")
+    else:
+        with atomic_write(out, "wb") as fh:
+            result.to_parquet(cast("IO[bytes]", fh), index=False)
+    sys.stdout.write(
+        f"predicted {len(result)} co-locations with {args.samples_per_query} "
+        f"posterior draws each -> {out}\n"
+    )
+    return 0
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from interplace.model import evaluate
+
+    out = None if args.out is None else Path(args.out)
+    if out is not None:
+        _check_out_dir(out)
+    topology = None
+    if args.topology is not None:
+        from interplace.topology import load
+
+        topology = load(args.topology)
+    data = _read_data(args.runs, args.samples)
+    result = evaluate(
+        data,
+        holdout_frac=0.3 if args.holdout_frac is None else args.holdout_frac,
+        cold_jobs=args.cold_jobs,
+        seed=args.seed,
+        steps=args.steps,
+        topology=topology,
+        progress=sys.stderr.isatty() and not args.quiet,
+    )
+    text = json.dumps(result, indent=2) + "\n"
+    if out is not None:
+        with atomic_write(out, "w") as fh:
+            cast("IO[str]", fh).write(text)
+    sys.stdout.write(text)
+    return 0
+
+
+def _add_model_data_args(p: argparse.ArgumentParser) -> None:
+    """``--runs`` and ``--samples``, shared by fit and evaluate."""
+    p.add_argument("--runs", required=True, metavar="RUNS", help="runs table: .csv or .parquet")
+    p.add_argument(
+        "--samples", metavar="SAMPLES", help="counter samples of those runs: .csv or .parquet"
+    )
+
+
+def _add_fit_args(p: argparse.ArgumentParser) -> None:
+    """``--seed``, ``--steps``, ``--topology`` and ``--quiet``, shared by fit and evaluate."""
+    p.add_argument("--seed", type=_int_at_least(0), default=0, help="random seed (default: 0)")
+    p.add_argument(
+        "--steps",
+        type=_int_at_least(1),
+        default=3000,
+        help="most optimisation steps; the fit may stop earlier (default: 3000)",
+    )
+    p.add_argument(
+        "--topology",
+        metavar="FILE_OR_BUILTIN",
+        help="topology of the runs' devices (needed when a run spans devices)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -178,58 +435,87 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     topo = sub.add_parser(
-        "topo", help="show a machine topology (file, built-in or live)",
+        "topo",
+        help="show a machine topology (file, built-in or live)",
         description="Show a topology as an nvidia-smi-style matrix, JSON or a plot. "
         f"Built-ins: {', '.join(builtin_names())} (NAME*N for N machines on one network).",
     )
-    topo.add_argument("spec", nargs="?", metavar="FILE_OR_BUILTIN",
-                      help="nvidia-smi topo -m text, NCCL topology XML, hwloc XML, or a built-in")
-    topo.add_argument("--format", default="auto", choices=["auto", "nvidia-smi", "nccl", "hwloc"],
-                      help="file format (default: detect from content)")
+    topo.add_argument(
+        "spec",
+        nargs="?",
+        metavar="FILE_OR_BUILTIN",
+        help="nvidia-smi topo -m text, NCCL topology XML, hwloc XML, or a built-in",
+    )
+    topo.add_argument(
+        "--format",
+        default="auto",
+        choices=["auto", "nvidia-smi", "nccl", "hwloc"],
+        help="file format (default: detect from content)",
+    )
     topo.add_argument("--json", action="store_true", help="print the topology summary as JSON")
     topo.add_argument("--plot", metavar="OUT", help="write a layered drawing (.png, .svg, .pdf)")
-    topo.add_argument("--discover", action="store_true",
-                      help="read this machine's topology from NVML and sysfs")
-    topo.add_argument("--record", metavar="DIR",
-                      help="with --discover: save the NVML and sysfs readings to DIR as a fixture")
+    topo.add_argument(
+        "--discover", action="store_true", help="read this machine's topology from NVML and sysfs"
+    )
+    topo.add_argument(
+        "--record",
+        metavar="DIR",
+        help="with --discover: save the NVML and sysfs readings to DIR as a fixture",
+    )
     topo.set_defaults(func=_cmd_topo)
 
     from interplace.collectors import FORMATS
 
     ing = sub.add_parser(
-        "ingest", help="convert counter output a cluster already produces to the long table",
+        "ingest",
+        help="convert counter output a cluster already produces to the long table",
         description="Convert nvidia-smi --query-gpu CSV, nvidia-smi dmon, perf stat -x, -I or "
         "dcgm-exporter Prometheus text into interplace's long counter table "
         "(t_s, host, device, metric, value).",
     )
     ing.add_argument("file", metavar="FILE", help="captured counter output")
-    ing.add_argument("--format", default="auto", choices=["auto", *FORMATS],
-                     help="input format (default: detect from content)")
-    ing.add_argument("--out", required=True, metavar="OUT",
-                     help="output table: .csv or .parquet")
+    ing.add_argument(
+        "--format",
+        default="auto",
+        choices=["auto", *FORMATS],
+        help="input format (default: detect from content)",
+    )
+    ing.add_argument("--out", required=True, metavar="OUT", help="output table: .csv or .parquet")
     ing.add_argument("--host", help="host name to record (default: from the input or localhost)")
-    ing.add_argument("--fields", metavar="A,B,...",
-                     help="nvidia-smi --query-gpu field list, for noheader output")
-    ing.add_argument("--interval", type=float, metavar="SECONDS",
-                     help="sampling interval, for input without time stamps (dmon, prometheus)")
+    ing.add_argument(
+        "--fields", metavar="A,B,...", help="nvidia-smi --query-gpu field list, for noheader output"
+    )
+    ing.add_argument(
+        "--interval",
+        type=float,
+        metavar="SECONDS",
+        help="sampling interval, for input without time stamps (dmon, prometheus)",
+    )
     ing.set_defaults(func=_cmd_ingest)
 
     col = sub.add_parser(
-        "collect", help="sample GPU (NVML) and host counters, optionally while a command runs",
+        "collect",
+        help="sample GPU (NVML) and host counters, optionally while a command runs",
         description="Sample NVML and host counters into the long table, like `perf stat -- CMD`: "
         "sampling stops when CMD exits (or after --duration) and CMD's exit code is returned.",
     )
     col.add_argument("--out", required=True, metavar="OUT", help="output table: .csv or .parquet")
-    col.add_argument("--interval-ms", type=float, default=100.0,
-                     help="sampling interval in milliseconds (default: 100)")
+    col.add_argument(
+        "--interval-ms",
+        type=float,
+        default=100.0,
+        help="sampling interval in milliseconds (default: 100)",
+    )
     col.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
     col.add_argument("--run-id", help="run id to record on every row")
-    col.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
-                     help="command to run while sampling")
+    col.add_argument(
+        "cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="command to run while sampling"
+    )
     col.set_defaults(func=_cmd_collect)
 
     prof = sub.add_parser(
-        "profile", help="measure workloads alone and in every pair on one GPU",
+        "profile",
+        help="measure workloads alone and in every pair on one GPU",
         description="Run each workload alone and every pair together on one device (co-runners "
         "start at the same instant), measure each one's throughput over the same window from "
         "its INTERPLACE_PROGRESS lines, sample counters throughout, and write runs.csv + "
@@ -238,23 +524,111 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     prof.add_argument("--workloads", required=True, metavar="SPEC")
     prof.add_argument("--out", required=True, metavar="DIR", help="output directory (new)")
-    prof.add_argument("--modes", default="timeslice",
-                      help="comma list of sharing modes: timeslice, mps (default: timeslice)")
-    prof.add_argument("--warmup", type=float, default=2.0, metavar="S",
-                      help="seconds before the measurement window (default: 2)")
-    prof.add_argument("--measure", type=float, default=5.0, metavar="S",
-                      help="length of the measurement window (default: 5)")
+    prof.add_argument(
+        "--modes",
+        default="timeslice",
+        help="comma list of sharing modes: timeslice, mps (default: timeslice)",
+    )
+    prof.add_argument(
+        "--warmup",
+        type=float,
+        default=2.0,
+        metavar="S",
+        help="seconds before the measurement window (default: 2)",
+    )
+    prof.add_argument(
+        "--measure",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="length of the measurement window (default: 5)",
+    )
     prof.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     prof.add_argument("--no-pairs", action="store_true", help="only the isolated runs")
     prof.set_defaults(func=_cmd_profile)
 
+    at_least_1, seed_type = _int_at_least(1), _int_at_least(0)
+    fitp = sub.add_parser(
+        "fit",
+        help="fit the Bayesian interference model to co-location runs",
+        description="Fit the interference model to a runs table (and optional counter samples) "
+        "and save it as a model directory (model.json + posterior.safetensors).",
+    )
+    _add_model_data_args(fitp)
+    fitp.add_argument(
+        "--out",
+        required=True,
+        metavar="MODEL",
+        help="model directory to write (an existing model there is replaced)",
+    )
+    fitp.add_argument(
+        "--device", default="cpu", choices=["cpu", "cuda"], help="where to fit (default: cpu)"
+    )
+    _add_fit_args(fitp)
+    fitp.set_defaults(func=_cmd_fit)
+
+    pred = sub.add_parser(
+        "predict",
+        help="predict co-located speeds with a fitted model",
+        description="Predict each job's speed (co-located / isolated throughput) next to its "
+        "co-runners, with a 90%% interval of a new measurement. PAIRS has the columns job and "
+        "co_runner (several co-runners joined by +); OUT gets job, co_runner, speed_mean, "
+        "speed_q05, speed_q95, one row per query in the same order.",
+    )
+    pred.add_argument("--model", required=True, metavar="MODEL", help="model directory (fit)")
+    pred.add_argument(
+        "--pairs",
+        required=True,
+        metavar="PAIRS",
+        help="queries: .csv or .parquet with columns job, co_runner",
+    )
+    pred.add_argument("--out", required=True, metavar="OUT", help="predictions: .csv or .parquet")
+    pred.add_argument(
+        "--samples-per-query",
+        type=_int_at_least(2),
+        default=500,
+        metavar="N",
+        help="posterior draws per query (default: 500)",
+    )
+    pred.add_argument("--seed", type=seed_type, default=0, help="random seed (default: 0)")
+    pred.set_defaults(func=_cmd_predict)
+
+    ev = sub.add_parser(
+        "evaluate",
+        help="score the model on held-out runs against simple baselines",
+        description="Fit on a seeded split of the runs and print, as JSON, the model's MAE, 90%% "
+        "interval coverage and width on the held-out co-located runs, and the baselines' MAE.",
+    )
+    _add_model_data_args(ev)
+    split = ev.add_mutually_exclusive_group()
+    split.add_argument(
+        "--holdout-frac",
+        type=_open_fraction,
+        metavar="F",
+        help="hold out this share of the co-located runs (default: 0.3)",
+    )
+    split.add_argument(
+        "--cold-jobs",
+        type=at_least_1,
+        metavar="N",
+        help="hold out every co-located run of N jobs (cold start)",
+    )
+    _add_fit_args(ev)
+    ev.add_argument("--out", metavar="JSON", help="also write the JSON to this file")
+    ev.set_defaults(func=_cmd_evaluate)
+
     demo = sub.add_parser(
-        "demo", help="run interplace end to end on built-in data",
+        "demo",
+        help="run interplace end to end on built-in data",
         description="Show a built-in topology, the contention domains of a few GPU sets, and "
         "write its plot.",
     )
-    demo.add_argument("--topology", default="dgx1-v100", choices=builtin_names(),
-                      help="built-in machine to use (default: dgx1-v100)")
+    demo.add_argument(
+        "--topology",
+        default="dgx1-v100",
+        choices=builtin_names(),
+        help="built-in machine to use (default: dgx1-v100)",
+    )
     demo.add_argument("--out", default="interplace-demo", help="output directory for the plot")
     demo.set_defaults(func=_cmd_demo)
     return parser

@@ -1,0 +1,166 @@
+"""Held-out accuracy, calibration, counter denoising and fit time of the interference model.
+
+Run: ``python benchmarks/accuracy.py [--seeds 0 1 2] [--lucid ../shared/datasets/lucid]
+[--out results.json]``
+
+For every data set and split it fits the model once per seed (the seed picks both the split
+and the fit) and reports, per seed and as the median over seeds: the model's held-out MAE,
+the MAE of each baseline measured on the same split (no interference, global mean, per-job
+mean, the utilisation-sum rule :math:`\\min(1, 100 / \\sum \\text{solo GPU util})` where solo
+counters exist), the ratio of the model's MAE to the best baseline, the share of held-out
+measurements inside the 90% predictive interval, and the fit time.
+
+Splits: ``random`` holds out 30% of the co-located runs (all isolated runs stay in training);
+``cold`` holds out every co-located run of 8 jobs, keeping their isolated runs and counters.
+
+Denoising: on :func:`interplace.datasets.synthetic` data (known true utilisation), the mean
+absolute error of the raw counter samples, of each run's plain sample mean and of the model's
+posterior mean utilisation, all in units of full scale.
+
+Lucid (non-commercial licence) is read from ``--lucid`` when that directory exists and is
+skipped otherwise; Gavel ships with interplace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from interplace.datasets import CoLocationData, load_gavel, load_lucid, synthetic
+from interplace.model import evaluate, fit
+
+
+def split_results(data: CoLocationData, kind: str, seeds: list[int]) -> dict[str, Any]:
+    runs = []
+    for seed in seeds:
+        r = evaluate(data, seed=seed, cold_jobs=8 if kind == "cold" else None)
+        runs.append(r)
+        m = r["model"]
+        print(
+            f"  {data.name} {kind} seed {seed}: MAE {m['mae']:.4f}, best baseline "
+            f"{r['best_baseline']} {r['baselines'][r['best_baseline']]['mae']:.4f}, ratio "
+            f"{r['mae_ratio_to_best']:.3f}, coverage {m['coverage_90']:.3f}, "
+            f"fit {m['fit_seconds']:.1f} s",
+            file=sys.stderr,
+        )
+
+    def med(values: list[float]) -> float:
+        return float(statistics.median(values))
+
+    base_names = list(runs[0]["baselines"])
+    return {
+        "data": data.name,
+        "split": kind,
+        "seeds": seeds,
+        "test_rows": med([r["split"]["test_rows"] for r in runs]),
+        "model_mae": med([r["model"]["mae"] for r in runs]),
+        "baseline_mae": {
+            b: (
+                None
+                if any(r["baselines"][b]["mae"] is None for r in runs)
+                else med([r["baselines"][b]["mae"] for r in runs])
+            )
+            for b in base_names
+        },
+        "ratio_to_best": med([r["mae_ratio_to_best"] for r in runs]),
+        "ratio_per_seed": [r["mae_ratio_to_best"] for r in runs],
+        "best_baseline_per_seed": [r["best_baseline"] for r in runs],
+        "coverage_90": med([r["model"]["coverage_90"] for r in runs]),
+        "coverage_per_seed": [r["model"]["coverage_90"] for r in runs],
+        "interval_width_90": med([r["model"]["interval_width_90"] for r in runs]),
+        "fit_seconds": med([r["model"]["fit_seconds"] for r in runs]),
+    }
+
+
+def denoise(seeds: list[int], n_jobs: int = 10, samples_per_run: int = 10) -> dict[str, Any]:
+    rows = []
+    for seed in seeds:
+        data = synthetic(n_jobs, seed=seed, samples_per_run=samples_per_run)
+        assert data.samples is not None and data.truth is not None
+        model = fit(data, seed=seed)
+        util = model.utilisation(data)
+        full = dict(zip(model.metrics, model.full_scale, strict=True))
+        truth = data.truth["samples"].groupby(["run_id", "metric"])["true_value"].first()
+        true_u = np.asarray(
+            [truth[(r, m)] for r, m in zip(util["run_id"], util["metric"], strict=True)]
+        )
+        f_u = np.asarray([full[m] for m in util["metric"]])
+        s = data.samples
+        value = np.where(s["scale"].notna(), s["value"] / s["scale"], s["value"])
+        true_s = np.asarray([truth[(r, m)] for r, m in zip(s["run_id"], s["metric"], strict=True)])
+        f_s = np.asarray([full[m] for m in s["metric"]])
+        raw = float(np.mean(np.abs(value - true_s) / f_s))
+        run_mean = float(np.mean(np.abs(util["observed_mean"].to_numpy() - true_u) / f_u))
+        model_err = float(np.mean(np.abs(util["mean"].to_numpy() - true_u) / f_u))
+        inside = (util["q05"].to_numpy() <= true_u) & (true_u <= util["q95"].to_numpy())
+        rows.append(
+            {
+                "seed": seed,
+                "raw": raw,
+                "run_mean": run_mean,
+                "model": model_err,
+                "reduction": raw / model_err,
+                "coverage_90": float(np.mean(inside)),
+            }
+        )
+        print(
+            f"  denoise seed {seed}: raw {raw:.4f}, run mean {run_mean:.4f}, model "
+            f"{model_err:.4f} ({raw / model_err:.1f}x), coverage {np.mean(inside):.3f}",
+            file=sys.stderr,
+        )
+    return {
+        "n_jobs": n_jobs,
+        "samples_per_run": samples_per_run,
+        "per_seed": rows,
+        **{k: float(statistics.median(r[k] for r in rows)) for k in rows[0] if k != "seed"},
+    }
+
+
+def fit_time(data: CoLocationData, repeats: int) -> dict[str, Any]:
+    times = []
+    steps = []
+    for seed in range(repeats):
+        t0 = time.perf_counter()
+        m = fit(data, seed=seed)
+        times.append(time.perf_counter() - t0)
+        steps.append(m.info["steps"])
+    return {
+        "data": data.name,
+        "seconds": times,
+        "median_seconds": statistics.median(times),
+        "steps": steps,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--lucid", type=Path, default=Path("../shared/datasets/lucid"))
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    results: dict[str, Any] = {"seeds": args.seeds, "splits": []}
+    for gpu in ("v100", "p100", "k80"):
+        results["splits"].append(split_results(load_gavel(gpu).data, "random", args.seeds))
+    if args.lucid.is_dir():
+        lucid = load_lucid(args.lucid)
+        for kind in ("random", "cold"):
+            results["splits"].append(split_results(lucid, kind, args.seeds))
+        results["fit_time_lucid"] = fit_time(lucid, len(args.seeds))
+    else:
+        print(f"  {args.lucid} not found: Lucid skipped", file=sys.stderr)
+    results["denoise"] = denoise(args.seeds)
+    text = json.dumps(results, indent=2)
+    if args.out:
+        args.out.write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,339 @@
+"""Encoding co-location data as tensors for the interference model.
+
+Everything here is pure: tables in, NumPy arrays out. The Pyro model (:mod:`._net`) only ever
+sees the arrays built here.
+
+Observations
+------------
+Each row of a run with two or more rows is one *speed observation*
+:math:`y_n = T_{n} / \\bar T_{j(n)}` of job :math:`j(n)` next to the other rows of its run (its
+*co-runners*). Co-runners are stored padded to the largest run, as indices into the job list with
+the extra index :math:`J` (a job of zero demand) as padding, together with a 0/1 *share mask*
+(which resources each co-runner shares with the observed job: all of them on one GPU; the
+resources of the shared topology domains otherwise).
+
+Counters
+--------
+Samples of the metrics in :data:`METRIC_RESOURCE` are grouped per (run, device, metric) into the
+sufficient statistics of a Gaussian: the count :math:`n`, the mean :math:`\\bar x` and the sum of
+squared deviations :math:`S`, each divided by the metric's full-scale value (so 1 = the resource
+saturated). A multiplexed perf counter (``scale`` < 1) is read as ``value / scale`` first.
+Missing values are dropped (masked), and time stamps are not used at all, so per-host clock
+offsets cannot bias anything. Metrics outside :data:`METRIC_RESOURCE` are ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from interplace.datasets.runs import CoLocationData
+from interplace.errors import InputError
+
+__all__ = [
+    "DEFAULT_RESOURCES",
+    "METRIC_FULL_SCALE",
+    "METRIC_RESOURCE",
+    "Counters",
+    "Observations",
+    "counters_from_samples",
+    "observations_from_runs",
+]
+
+DEFAULT_RESOURCES: tuple[str, ...] = (
+    "gpu_compute",
+    "gpu_membw",
+    "pcie_h2d",
+    "pcie_d2h",
+    "host_cpu",
+)
+"""The resource dimensions of the demand and sensitivity vectors, in order."""
+
+METRIC_RESOURCE: dict[str, str] = {
+    "gpu_util_pct": "gpu_compute",
+    "sm_active_pct": "gpu_compute",
+    "mem_util_pct": "gpu_membw",
+    "dram_active_pct": "gpu_membw",
+    "pcie_rx_kbps": "pcie_h2d",
+    "pcie_tx_kbps": "pcie_d2h",
+    "host_cpu_busy_pct": "host_cpu",
+    "instructions": "host_cpu",
+}
+"""Counter metrics the model reads, and the resource whose utilisation each one measures."""
+
+METRIC_FULL_SCALE: dict[str, float] = {
+    "gpu_util_pct": 100.0,
+    "sm_active_pct": 100.0,
+    "mem_util_pct": 100.0,
+    "dram_active_pct": 100.0,
+    "pcie_rx_kbps": 16.0e6,
+    "pcie_tx_kbps": 16.0e6,
+    "host_cpu_busy_pct": 100.0,
+}
+"""The value of each metric at full utilisation. PCIe counters default to 16 GB/s (PCIe 3.0
+x16, in KB/s); metrics without an entry (``instructions``) take the largest per-run mean seen
+in the data as full scale."""
+
+_IntArray = np.ndarray[Any, np.dtype[np.int64]]
+_FloatArray = np.ndarray[Any, np.dtype[np.float64]]
+
+
+@dataclass(frozen=True, eq=False)
+class Observations:
+    """Speed observations, shapes ``(N,)``, ``(N, K)`` and ``(N, K, R)``.
+
+    ``job``: index of the observed job; ``co``: indices of its co-runners, padded with ``J``;
+    ``share``: 1 where co-runner ``k`` shares resource ``r`` with the job; ``speed``: the
+    measured speed (> 0); ``run``: the run index of each observation (for splitting).
+    """
+
+    job: _IntArray
+    co: _IntArray
+    share: _FloatArray
+    speed: _FloatArray
+    run: _IntArray
+
+    def __post_init__(self) -> None:
+        n = self.job.shape[0]
+        if not (
+            self.co.shape[0] == n
+            and self.share.shape[:2] == self.co.shape
+            and self.speed.shape == (n,)
+            and self.run.shape == (n,)
+        ):
+            raise InputError("observation arrays disagree in shape")
+        if n and not np.all(np.isfinite(self.speed) & (self.speed > 0)):
+            raise InputError("speeds must be finite and > 0")
+
+    def __len__(self) -> int:
+        return int(self.job.shape[0])
+
+
+@dataclass(frozen=True, eq=False)
+class Counters:
+    """Per (run, device, metric) Gaussian sufficient statistics, shapes ``(G,)`` / ``(G, M)``.
+
+    ``members``: a 0/1 count matrix ``(G, J + 1)`` of the job instances that ran on the group's
+    device (a job twice counts 2; the last column is unused padding); ``metric``: index into
+    ``metrics``; ``n``, ``mean``, ``ssd``: count, mean and sum of squared deviations of the
+    values divided by full scale. ``keys`` names each group as ``(run_id, device, metric)``.
+    """
+
+    members: _FloatArray
+    metric: _IntArray
+    n: _FloatArray
+    mean: _FloatArray
+    ssd: _FloatArray
+    metrics: tuple[str, ...]
+    full_scale: tuple[float, ...]
+    keys: tuple[tuple[str, str, str], ...]
+
+    def __len__(self) -> int:
+        return int(self.metric.shape[0])
+
+
+def _device_of(runs: pd.DataFrame) -> list[str]:
+    if "device" not in runs.columns:
+        return [""] * len(runs)
+    out = []
+    for v in runs["device"].tolist():
+        out.append("" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))
+    return out
+
+
+def observations_from_runs(
+    data: CoLocationData,
+    jobs: Sequence[str],
+    resources: Sequence[str],
+    share_of: Mapping[tuple[str, str], Sequence[str]] | None = None,
+) -> Observations:
+    """Speed observations of every run with two or more rows of ``data``.
+
+    ``jobs`` fixes the job indices (every job of ``data`` must be in it). Rows of one run on the
+    same ``device`` (or without a ``device`` column) share every resource; rows on different
+    devices share what ``share_of[(device_a, device_b)]`` lists, and without ``share_of`` such a
+    run is an error (the model cannot know what the two GPUs share without a topology).
+
+    >>> runs = pd.DataFrame({"run_id": ["a", "b", "p", "p"], "job": ["x", "y", "x", "y"],
+    ...                      "throughput": [10.0, 4.0, 5.0, 3.0]})
+    >>> obs = observations_from_runs(CoLocationData(runs, None, "toy"), ["x", "y"], ["gpu"])
+    >>> obs.job.tolist(), obs.co.tolist(), obs.speed.tolist()
+    ([0, 1], [[1], [0]], [0.5, 0.75])
+    """
+    index = {j: i for i, j in enumerate(jobs)}
+    n_jobs = len(jobs)
+    runs = data.runs
+    iso = data.isolated_throughput()
+    job_col = runs["job"].astype(str).tolist()
+    unknown = sorted({j for j in job_col if j not in index})
+    if unknown:
+        raise InputError(f"{data.name}: job {unknown[0]!r} is not one of the model's jobs")
+    device = _device_of(runs)
+    throughput = runs["throughput"].to_numpy(dtype=float)
+    groups: dict[str, list[int]] = {}
+    for pos, rid in enumerate(runs["run_id"].astype(str).tolist()):
+        groups.setdefault(rid, []).append(pos)
+    multi = [(rid, rows) for rid, rows in groups.items() if len(rows) > 1]
+    width = max((len(rows) - 1 for _, rows in multi), default=1)
+    n_res = len(resources)
+    res_index = {r: i for i, r in enumerate(resources)}
+    job_idx: list[int] = []
+    co_idx: list[list[int]] = []
+    shares: list[_FloatArray] = []
+    speed: list[float] = []
+    run_idx: list[int] = []
+    for r, (rid, rows) in enumerate(multi):
+        for pos in rows:
+            co = [q for q in rows if q != pos]
+            mask = np.zeros((width, n_res))
+            for k, q in enumerate(co):
+                if device[q] == device[pos]:
+                    mask[k] = 1.0
+                    continue
+                key = (device[pos], device[q])
+                if share_of is None or key not in share_of:
+                    raise InputError(
+                        f"{data.name}: run {rid!r} places its jobs on devices {device[pos]!r} "
+                        f"and {device[q]!r}; pass a topology so the model knows what they share"
+                    )
+                for name in share_of[key]:
+                    if name in res_index:
+                        mask[k, res_index[name]] = 1.0
+            job_idx.append(index[job_col[pos]])
+            co_idx.append([index[job_col[q]] for q in co] + [n_jobs] * (width - len(co)))
+            shares.append(mask)
+            speed.append(throughput[pos] / float(iso[job_col[pos]]))
+            run_idx.append(r)
+    return Observations(
+        job=np.asarray(job_idx, dtype=np.int64),
+        co=np.asarray(co_idx, dtype=np.int64).reshape(len(job_idx), width),
+        share=np.asarray(shares, dtype=np.float64).reshape(len(job_idx), width, n_res),
+        speed=np.asarray(speed, dtype=np.float64),
+        run=np.asarray(run_idx, dtype=np.int64),
+    )
+
+
+def counters_from_samples(
+    data: CoLocationData,
+    jobs: Sequence[str],
+    full_scale: Mapping[str, float] | None = None,
+) -> Counters:
+    """Group ``data.samples`` into per (run, device, metric) sufficient statistics.
+
+    ``full_scale`` overrides :data:`METRIC_FULL_SCALE` per metric. Runs whose jobs are not all
+    in ``jobs`` are an error. Without samples (or without any known metric) the result is empty.
+
+    >>> runs = pd.DataFrame({"run_id": ["a"], "job": ["x"], "throughput": [1.0]})
+    >>> s = pd.DataFrame({"run_id": ["a", "a", "a"], "t_s": [0.0, 1.0, 2.0],
+    ...                   "metric": ["gpu_util_pct"] * 3, "value": [40.0, 60.0, None]})
+    >>> c = counters_from_samples(CoLocationData(runs, s, "toy"), ["x"])
+    >>> c.metrics, c.n.tolist(), c.mean.tolist(), round(float(c.ssd[0]), 6)
+    (('gpu_util_pct',), [2.0], [0.5], 0.02)
+    """
+    index = {j: i for i, j in enumerate(jobs)}
+    n_jobs = len(jobs)
+    empty = Counters(
+        members=np.zeros((0, n_jobs + 1)),
+        metric=np.zeros(0, dtype=np.int64),
+        n=np.zeros(0),
+        mean=np.zeros(0),
+        ssd=np.zeros(0),
+        metrics=(),
+        full_scale=(),
+        keys=(),
+    )
+    samples = data.samples
+    if samples is None or len(samples) == 0:
+        return empty
+    s = samples.loc[samples["metric"].isin(list(METRIC_RESOURCE))]
+    value = pd.to_numeric(s["value"], errors="coerce").to_numpy(dtype=float)
+    if "scale" in s.columns:
+        scale = pd.to_numeric(s["scale"], errors="coerce").to_numpy(dtype=float)
+        bad = np.isfinite(scale) & (scale <= 0)
+        if bad.any():
+            raise InputError(f"{data.name}: samples have a multiplexing scale <= 0")
+        value = np.where(
+            np.isfinite(scale), value / np.where(np.isfinite(scale), scale, 1.0), value
+        )
+    keep = np.isfinite(value)
+    s = s.loc[keep]
+    value = value[keep]
+    if len(s) == 0:
+        return empty
+    dev = (
+        s["device"].astype(object).where(s["device"].notna(), "").astype(str).to_numpy()
+        if "device" in s.columns
+        else np.full(len(s), "", dtype=object)
+    )
+    frame = pd.DataFrame(
+        {
+            "run_id": s["run_id"].astype(str).to_numpy(),
+            "device": dev,
+            "metric": s["metric"].astype(str).to_numpy(),
+            "value": value,
+        }
+    )
+    metrics = tuple(sorted(frame["metric"].unique().tolist()))
+    stats = frame.groupby(["run_id", "device", "metric"], sort=True)["value"].agg(
+        ["count", "mean", "var"]
+    )
+    stats["var"] = stats["var"].fillna(0.0)
+    scales: dict[str, float] = {}
+    for m in metrics:
+        given = (full_scale or {}).get(m, METRIC_FULL_SCALE.get(m))
+        if given is None:
+            means = stats.xs(m, level="metric")["mean"]
+            given = float(means.max())
+        if not (math.isfinite(given) and given > 0):
+            raise InputError(
+                f"{data.name}: cannot scale metric {m!r} (full scale {given!r}); its values "
+                "must have a positive maximum, or pass its full scale"
+            )
+        scales[m] = float(given)
+
+    runs = data.runs
+    run_dev = _device_of(runs)
+    members_of: dict[tuple[str, str], list[int]] = {}
+    for rid, job, d in zip(
+        runs["run_id"].astype(str).tolist(), runs["job"].astype(str).tolist(), run_dev, strict=True
+    ):
+        if job not in index:
+            raise InputError(f"{data.name}: job {job!r} is not one of the model's jobs")
+        members_of.setdefault((rid, d), []).append(index[job])
+        members_of.setdefault((rid, "*"), []).append(index[job])
+    rows = []
+    keys = []
+    for key, st in stats.iterrows():
+        rid, d, m = key  # type: ignore[misc]
+        jobs_here = members_of.get((rid, d))
+        if jobs_here is None:
+            # Samples from a device no row names (or rows without devices): the whole run.
+            jobs_here = members_of.get((rid, "*"), [])
+        if not jobs_here:
+            continue
+        vec = np.zeros(n_jobs + 1)
+        for j in jobs_here:
+            vec[j] += 1.0
+        f = scales[str(m)]
+        count = float(st["count"])
+        rows.append(
+            (vec, metrics.index(str(m)), count, st["mean"] / f, st["var"] * (count - 1) / f**2)
+        )
+        keys.append((str(rid), str(d), str(m)))
+    if not rows:
+        return empty
+    return Counters(
+        members=np.stack([r[0] for r in rows]),
+        metric=np.asarray([r[1] for r in rows], dtype=np.int64),
+        n=np.asarray([r[2] for r in rows], dtype=np.float64),
+        mean=np.asarray([r[3] for r in rows], dtype=np.float64),
+        ssd=np.asarray([r[4] for r in rows], dtype=np.float64),
+        metrics=metrics,
+        full_scale=tuple(scales[m] for m in metrics),
+        keys=tuple(keys),
+    )

@@ -1,0 +1,243 @@
+"""Held-out evaluation of the model against simple baselines, on seeded splits."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from interplace.datasets.runs import CoLocationData
+from interplace.errors import InputError
+from interplace.model._fit import fit
+from interplace.model._fitted import InterferenceModel, Query
+from interplace.topology import Topology
+
+__all__ = [
+    "baselines",
+    "cold_split",
+    "colocated_rows",
+    "evaluate",
+    "holdout_split",
+    "score",
+    "solo_gpu_util",
+]
+
+
+def colocated_rows(data: CoLocationData) -> pd.DataFrame:
+    """One row per job instance of every run with two or more rows, in runs-table order.
+
+    Columns: ``run_id``, ``job``, ``co_runner`` (the other instances' jobs joined by ``+``,
+    sorted) and ``speed`` (throughput over the job's isolated throughput).
+
+    >>> runs = pd.DataFrame({"run_id": ["a", "b", "p", "p"], "job": ["x", "y", "x", "y"],
+    ...                      "throughput": [10.0, 4.0, 5.0, 3.0]})
+    >>> colocated_rows(CoLocationData(runs, None, "toy")).values.tolist()
+    [['p', 'x', 'y', 0.5], ['p', 'y', 'x', 0.75]]
+    """
+    runs = data.runs
+    iso = data.isolated_throughput()
+    rid = runs["run_id"].astype(str).tolist()
+    job = runs["job"].astype(str).tolist()
+    tput = runs["throughput"].to_numpy(dtype=float)
+    members: dict[str, list[int]] = {}
+    for pos, r in enumerate(rid):
+        members.setdefault(r, []).append(pos)
+    out = []
+    for pos, r in enumerate(rid):
+        rows = members[r]
+        if len(rows) < 2:
+            continue
+        co = sorted(job[q] for q in rows if q != pos)
+        out.append((r, job[pos], "+".join(co), tput[pos] / float(iso[job[pos]])))
+    return pd.DataFrame(out, columns=["run_id", "job", "co_runner", "speed"])
+
+
+def _subset(data: CoLocationData, keep_runs: set[str], name: str) -> CoLocationData:
+    runs = data.runs.loc[data.runs["run_id"].astype(str).isin(keep_runs)].reset_index(drop=True)
+    samples = None
+    if data.samples is not None:
+        s = data.samples
+        samples = s.loc[s["run_id"].astype(str).isin(keep_runs)].reset_index(drop=True)
+    return CoLocationData(runs, samples, name)
+
+
+def _colocated_runs(data: CoLocationData) -> list[str]:
+    size = data.run_sizes()
+    return sorted(str(r) for r in size.index[size >= 2])
+
+
+def holdout_split(
+    data: CoLocationData, *, holdout_frac: float = 0.3, seed: int = 0
+) -> tuple[CoLocationData, pd.DataFrame]:
+    """Hold out a seeded ``holdout_frac`` share of the co-located runs.
+
+    Every isolated run (and its counters) stays in training. Returns the training data and the
+    held-out rows as :func:`colocated_rows` gives them.
+
+    >>> from interplace.datasets import synthetic
+    >>> train, test = holdout_split(synthetic(5, seed=0), holdout_frac=0.3, seed=1)
+    >>> test["run_id"].nunique(), len(_colocated_runs(train))
+    (4, 11)
+    """
+    if not (isinstance(holdout_frac, int | float) and 0 < holdout_frac < 1):
+        raise InputError(f"holdout fraction must be in (0, 1), not {holdout_frac!r}")
+    runs = _colocated_runs(data)
+    if len(runs) < 2:
+        raise InputError(f"{data.name}: needs at least two co-located runs to hold some out")
+    rng = np.random.default_rng(seed)
+    n_out = min(max(1, round(holdout_frac * len(runs))), len(runs) - 1)
+    out = set(rng.permutation(runs)[:n_out].tolist())
+    keep = set(data.runs["run_id"].astype(str)) - out
+    rows = colocated_rows(data)
+    test = rows.loc[rows["run_id"].isin(out)].reset_index(drop=True)
+    return _subset(data, keep, f"{data.name} (train)"), test
+
+
+def cold_split(
+    data: CoLocationData, *, cold_jobs: int = 8, seed: int = 0
+) -> tuple[CoLocationData, pd.DataFrame, list[str]]:
+    """Hold out every co-located run of ``cold_jobs`` seeded jobs (cold start).
+
+    Their isolated runs and counters stay in training, so the model knows them only from
+    running alone. Returns the training data, the held-out rows and the cold jobs.
+    """
+    if isinstance(cold_jobs, bool) or not isinstance(cold_jobs, int) or cold_jobs < 1:
+        raise InputError(f"cold jobs must be an integer >= 1, not {cold_jobs!r}")
+    rows = colocated_rows(data)
+    candidates = sorted(rows["job"].unique().tolist())
+    if cold_jobs >= len(candidates):
+        raise InputError(
+            f"{data.name}: {cold_jobs} cold jobs asked for, but only {len(candidates)} jobs run "
+            "co-located; some must stay warm"
+        )
+    rng = np.random.default_rng(seed)
+    cold = sorted(rng.permutation(candidates)[:cold_jobs].tolist())
+    cold_set = set(cold)
+    runs_with = {
+        r
+        for r, j, c in zip(rows["run_id"], rows["job"], rows["co_runner"], strict=True)
+        if j in cold_set or any(x in cold_set for x in c.split("+"))
+    }
+    keep = set(data.runs["run_id"].astype(str)) - runs_with
+    test = rows.loc[rows["run_id"].isin(runs_with)].reset_index(drop=True)
+    if len(test) == len(rows):
+        raise InputError(f"{data.name}: holding out {cold_jobs} jobs leaves no co-located run")
+    return _subset(data, keep, f"{data.name} (train)"), test, cold
+
+
+def solo_gpu_util(data: CoLocationData) -> pd.Series:
+    """Mean ``gpu_util_pct`` of each job's isolated runs (jobs without one are absent)."""
+    if data.samples is None:
+        return pd.Series(dtype=float, name="gpu_util_pct")
+    size = data.run_sizes()
+    alone = data.runs.loc[data.runs["run_id"].map(size).eq(1), ["run_id", "job"]]
+    s = data.samples
+    s = s.loc[s["metric"].eq("gpu_util_pct")]
+    vals = pd.to_numeric(s["value"], errors="coerce")
+    per_run = vals.groupby(s["run_id"].astype(str)).mean().dropna()
+    job_of = dict(zip(alone["run_id"].astype(str), alone["job"].astype(str), strict=True))
+    frame = pd.DataFrame({"job": [job_of.get(r) for r in per_run.index], "util": per_run.values})
+    frame = frame.dropna(subset=["job"])
+    return frame.groupby("job")["util"].mean().rename("gpu_util_pct")
+
+
+def baselines(train: CoLocationData, test: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """MAE of the simple predictors on ``test`` (rows of :func:`colocated_rows`).
+
+    ``no_interference`` predicts 1; ``global_mean`` the mean training speed; ``per_job_mean``
+    the job's mean training speed (the global mean for a job with none); ``util_sum``
+    :math:`\\min(1, 100 / \\sum \\text{solo GPU util})` over the job and its co-runners, where
+    every one has solo ``gpu_util_pct`` counters (``mae`` is None otherwise).
+    """
+    rows = colocated_rows(train)
+    y = test["speed"].to_numpy(dtype=float)
+    global_mean = float(rows["speed"].mean()) if len(rows) else 1.0
+    per_job = rows.groupby("job")["speed"].mean()
+    preds: dict[str, np.ndarray[Any, Any] | None] = {
+        "no_interference": np.ones_like(y),
+        "global_mean": np.full_like(y, global_mean),
+        "per_job_mean": test["job"].map(per_job).fillna(global_mean).to_numpy(dtype=float),
+    }
+    util = solo_gpu_util(train)
+    total = []
+    for job, co in zip(test["job"], test["co_runner"], strict=True):
+        names = [job, *co.split("+")]
+        if all(n in util.index for n in names):
+            total.append(float(sum(util[n] for n in names)))
+        else:
+            total.append(math.nan)
+    tot = np.asarray(total)
+    preds["util_sum"] = (
+        None
+        if len(tot) == 0 or np.isnan(tot).any()
+        else np.minimum(1.0, 100.0 / np.maximum(tot, 1e-9))
+    )
+    out: dict[str, dict[str, Any]] = {}
+    for name, p in preds.items():
+        out[name] = {"mae": None if p is None else float(np.mean(np.abs(p - y)))}
+    return out
+
+
+def score(model: InterferenceModel, test: pd.DataFrame, *, seed: int = 0) -> dict[str, Any]:
+    """MAE, 90% interval coverage and mean interval width of ``model`` on ``test`` rows."""
+    queries = [
+        Query(j, tuple(c.split("+"))) for j, c in zip(test["job"], test["co_runner"], strict=True)
+    ]
+    post = model.posterior_speed(queries, seed=seed)
+    y = test["speed"].to_numpy(dtype=float)
+    lo, hi = post.q05, post.q95
+    return {
+        "mae": float(np.mean(np.abs(post.mean - y))),
+        "coverage_90": float(np.mean((y >= lo) & (y <= hi))),
+        "interval_width_90": float(np.mean(hi - lo)),
+    }
+
+
+def evaluate(
+    data: CoLocationData,
+    *,
+    holdout_frac: float | None = 0.3,
+    cold_jobs: int | None = None,
+    seed: int = 0,
+    steps: int = 3000,
+    topology: Topology | None = None,
+    progress: bool = False,
+    fit_kwargs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Fit on a seeded split of ``data`` and score held-out speeds against the baselines.
+
+    ``cold_jobs`` (when given) holds out every co-located run of that many jobs; otherwise
+    ``holdout_frac`` of the co-located runs are held out. The result is JSON-ready: the split,
+    the model's MAE / coverage / width and fit time, each baseline's MAE, and the ratio of the
+    model's MAE to the best available baseline.
+    """
+    if cold_jobs is not None:
+        train, test, cold = cold_split(data, cold_jobs=cold_jobs, seed=seed)
+        split: dict[str, Any] = {"kind": "cold_start", "cold_jobs": cold}
+    else:
+        if holdout_frac is None:
+            raise InputError("give a holdout fraction or a number of cold jobs")
+        train, test = holdout_split(data, holdout_frac=holdout_frac, seed=seed)
+        split = {"kind": "random_runs", "holdout_frac": holdout_frac}
+    split.update({"seed": seed, "test_rows": len(test), "test_runs": int(test["run_id"].nunique())})
+    start = time.perf_counter()
+    model = fit(
+        train, seed=seed, steps=steps, topology=topology, progress=progress, **(fit_kwargs or {})
+    )
+    fit_s = time.perf_counter() - start
+    result = score(model, test, seed=seed)
+    result.update({"fit_seconds": fit_s, "steps": model.info["steps"]})
+    base = baselines(train, test)
+    available = {k: v["mae"] for k, v in base.items() if v["mae"] is not None}
+    best = min(available, key=lambda k: available[k])
+    return {
+        "data": data.name,
+        "split": split,
+        "model": result,
+        "baselines": base,
+        "best_baseline": best,
+        "mae_ratio_to_best": result["mae"] / available[best] if available[best] > 0 else None,
+    }

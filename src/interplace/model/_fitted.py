@@ -1,0 +1,569 @@
+"""The fitted interference model: posterior predictions, denoised counters, save and load."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from interplace.datasets.runs import CoLocationData
+from interplace.errors import InputError
+from interplace.model._data import METRIC_RESOURCE, counters_from_samples
+from interplace.model._net import (
+    SITES,
+    Hyper,
+    counter_mean,
+    log_speed,
+    sensitivity,
+)
+
+__all__ = [
+    "FORMAT_VERSION",
+    "InterferenceModel",
+    "Query",
+    "SpeedPosterior",
+]
+
+FORMAT_VERSION = 1
+"""Version of the saved model directory layout (``model.json`` + ``posterior.safetensors``)."""
+
+_META = "model.json"
+_WEIGHTS = "posterior.safetensors"
+_FORMAT_NAME = "interplace-interference-model"
+_FloatArray = np.ndarray[Any, np.dtype[np.float64]]
+
+
+@dataclass(frozen=True)
+class Query:
+    """One proposed co-location: ``job`` running next to ``co_runners``.
+
+    ``shares`` says, per co-runner, which resources it shares with ``job``; ``None`` (the
+    default) means every co-runner is on the same GPU and shares them all. Build it from a
+    topology with :func:`interplace.model.shared_resources`. An empty ``co_runners`` is the job
+    alone (speed 1).
+
+    >>> Query("a", ("b", "c")).co_runners
+    ('b', 'c')
+    >>> Query("a", ("b",), shares=(("pcie_h2d", "pcie_d2h"),)).shares
+    (('pcie_h2d', 'pcie_d2h'),)
+    >>> Query("", ())
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: query job must be a non-empty string, not ''
+    """
+
+    job: str
+    co_runners: tuple[str, ...] = ()
+    shares: tuple[tuple[str, ...], ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.job, str) or not self.job:
+            raise InputError(f"query job must be a non-empty string, not {self.job!r}")
+        if not isinstance(self.co_runners, tuple):
+            raise InputError(f"co_runners must be a tuple of job names, not {self.co_runners!r}")
+        for c in self.co_runners:
+            if not isinstance(c, str) or not c:
+                raise InputError(f"co-runner names must be non-empty strings, not {c!r}")
+        if self.shares is not None and len(self.shares) != len(self.co_runners):
+            raise InputError(
+                f"shares has {len(self.shares)} entries for {len(self.co_runners)} co-runners"
+            )
+
+
+@dataclass(frozen=True, eq=False)
+class SpeedPosterior:
+    """Posterior predictive of the speed of ``Q`` queries from ``S`` posterior draws.
+
+    ``speed``: ``(S, Q)`` draws of the true speed (co-located throughput over the job's
+    recorded isolated throughput, so including the posterior of that record's error
+    :math:`\beta_j`; free of measurement noise); ``measured``: ``(S, Q)`` draws of a new
+    measurement of it (true speed times the fitted measurement noise). :attr:`mean` is the
+    posterior mean of the true speed; the quantiles are of a new measurement, so a 90%
+    interval ``[q05, q95]`` should cover 90% of measured speeds.
+    """
+
+    speed: torch.Tensor
+    measured: torch.Tensor
+
+    @property
+    def mean(self) -> _FloatArray:
+        """Posterior mean of the true speed, shape ``(Q,)``."""
+        return self.speed.mean(0).numpy()
+
+    @property
+    def sd(self) -> _FloatArray:
+        """Posterior standard deviation of the true speed, shape ``(Q,)``."""
+        return self.speed.std(0).numpy()
+
+    def quantile(self, q: float) -> _FloatArray:
+        """The ``q`` quantile of a new measured speed, shape ``(Q,)``."""
+        if not (isinstance(q, int | float) and 0 <= q <= 1):
+            raise InputError(f"quantile must be in [0, 1], not {q!r}")
+        return torch.quantile(self.measured, float(q), dim=0).numpy()
+
+    @property
+    def q05(self) -> _FloatArray:
+        """5% quantile of a new measured speed, shape ``(Q,)``."""
+        return self.quantile(0.05)
+
+    @property
+    def q95(self) -> _FloatArray:
+        """95% quantile of a new measured speed, shape ``(Q,)``."""
+        return self.quantile(0.95)
+
+
+@dataclass(frozen=True, eq=False)
+class InterferenceModel:
+    """A fitted model: its jobs, resources and counter metrics, and the variational posterior.
+
+    ``posterior`` maps each latent site of :data:`interplace.model._net.SITES` to the
+    ``(loc, scale)`` of its normal guide in unconstrained space (positive sites are the exp of
+    it). ``info`` records how the model was fitted. Predictions draw from this posterior with
+    a private RNG seeded per call, so they are reproducible and thread-free of global state.
+    """
+
+    jobs: tuple[str, ...]
+    resources: tuple[str, ...]
+    metrics: tuple[str, ...]
+    full_scale: tuple[float, ...]
+    hyper: Hyper
+    posterior: Mapping[str, tuple[torch.Tensor, torch.Tensor]]
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.jobs or len(set(self.jobs)) != len(self.jobs):
+            raise InputError("a model needs distinct job names")
+        if not self.resources:
+            raise InputError("a model needs at least one resource")
+        if len(self.metrics) != len(self.full_scale):
+            raise InputError("metrics and full_scale differ in length")
+        n_jobs, n_res, n_met = len(self.jobs), len(self.resources), max(len(self.metrics), 1)
+        shapes = {
+            "demand_mu": (n_res,),
+            "demand_sd": (n_res,),
+            "log_demand": (n_jobs, n_res),
+            "sens_eps": (n_jobs, n_res),
+            "sens_loc": (n_res,),
+            "sens_slope": (n_res,),
+            "sens_scale": (n_res,),
+            "threshold": (n_res,),
+            "speed_noise": (),
+            "metric_noise": (n_met,),
+            "iso_bias": (n_jobs,),
+            "iso_bias_scale": (),
+        }
+        if set(self.posterior) != set(SITES):
+            raise InputError(
+                f"posterior has sites {sorted(self.posterior)}, expected {sorted(SITES)}"
+            )
+        for name, shape in shapes.items():
+            loc, scale = self.posterior[name]
+            if tuple(loc.shape) != shape or tuple(scale.shape) != shape:
+                raise InputError(
+                    f"posterior site {name} has shape {tuple(loc.shape)}/{tuple(scale.shape)}, "
+                    f"expected {shape}"
+                )
+            if not (torch.isfinite(loc).all() and torch.isfinite(scale).all()):
+                raise InputError(f"posterior site {name} holds non-finite values")
+            if not bool((scale > 0).all()):
+                raise InputError(f"posterior site {name} has a scale <= 0")
+
+    # ------------------------------------------------------------------ draws
+    def draws(self, num_samples: int = 500, seed: int = 0) -> dict[str, torch.Tensor]:
+        """``num_samples`` joint draws of every latent (constrained), each ``(S, *shape)``.
+
+        >>> from interplace.datasets import synthetic
+        >>> from interplace.model import fit
+        >>> m = fit(synthetic(3, seed=0, samples_per_run=2), steps=200, min_steps=200)
+        >>> m.draws(10)["log_demand"].shape
+        torch.Size([10, 3, 5])
+        """
+        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 2:
+            raise InputError(f"num_samples must be an integer >= 2, not {num_samples!r}")
+        gen = torch.Generator().manual_seed(int(seed))
+        out = {}
+        for name in SITES:  # fixed order: the same seed gives the same draws
+            loc, scale = self.posterior[name]
+            eps = torch.randn((num_samples, *loc.shape), generator=gen, dtype=torch.float64)
+            z = loc + scale * eps
+            out[name] = z.exp() if SITES[name] == "positive" else z
+        return out
+
+    def demand(self, num_samples: int = 500, seed: int = 0) -> pd.DataFrame:
+        """Posterior median demand of each job (rows) on each resource (columns)."""
+        d = self.draws(num_samples, seed)["log_demand"].exp().median(0).values
+        return pd.DataFrame(d.numpy(), index=list(self.jobs), columns=list(self.resources))
+
+    def sensitivity(self, num_samples: int = 500, seed: int = 0) -> pd.DataFrame:
+        """Posterior mean sensitivity of each job (rows) to each resource (columns)."""
+        d = self.draws(num_samples, seed)
+        s = sensitivity(
+            d["log_demand"], d["sens_eps"], d["sens_loc"], d["sens_slope"], d["sens_scale"]
+        )
+        return pd.DataFrame(s.mean(0).numpy(), index=list(self.jobs), columns=list(self.resources))
+
+    # ------------------------------------------------------------- prediction
+    def _encode(self, queries: Sequence[Query]) -> tuple[torch.Tensor, ...]:
+        index = {j: i for i, j in enumerate(self.jobs)}
+        res_index = {r: i for i, r in enumerate(self.resources)}
+        width = max((len(q.co_runners) for q in queries), default=0)
+        width = max(width, 1)
+        n, r = len(queries), len(self.resources)
+        job = np.empty(n, dtype=np.int64)
+        co = np.full((n, width), len(self.jobs), dtype=np.int64)
+        share = np.zeros((n, width, r))
+        for i, q in enumerate(queries):
+            if not isinstance(q, Query):
+                raise InputError(f"query {i} is a {type(q).__name__}, not a Query")
+            for name in (q.job, *q.co_runners):
+                if name not in index:
+                    raise InputError(
+                        f"unknown job {name!r}: the model knows only the jobs it was fitted on "
+                        "(give a new job an isolated run with counters in the fit data)"
+                    )
+            job[i] = index[q.job]
+            for k, c in enumerate(q.co_runners):
+                co[i, k] = index[c]
+                if q.shares is None:
+                    share[i, k] = 1.0
+                else:
+                    for name in q.shares[k]:
+                        if name not in res_index:
+                            raise InputError(
+                                f"query {i}: unknown resource {name!r} "
+                                f"(the model's: {', '.join(self.resources)})"
+                            )
+                        share[i, k, res_index[name]] = 1.0
+        return torch.as_tensor(job), torch.as_tensor(co), torch.as_tensor(share)
+
+    def posterior_speed(
+        self,
+        queries: Iterable[Query],
+        *,
+        num_samples: int = 500,
+        seed: int = 0,
+        batch_size: int = 4096,
+    ) -> SpeedPosterior:
+        """Posterior predictive speed of many proposed co-locations at once.
+
+        One set of ``num_samples`` posterior draws serves every query, so predictions for
+        different queries are jointly consistent (comparisons between candidates are not
+        blurred by independent Monte Carlo noise). Queries are evaluated in batches of
+        ``batch_size``; the work is one vectorised tensor expression per batch.
+
+        >>> from interplace.datasets import synthetic
+        >>> from interplace.model import fit
+        >>> m = fit(synthetic(3, seed=0, samples_per_run=2), steps=200, min_steps=200)
+        >>> p = m.posterior_speed([Query("job0", ("job1",)), Query("job0", ())])
+        >>> p.speed.shape, round(float(p.mean[1]), 1)  # alone: 1 up to the reference's error
+        (torch.Size([500, 2]), 1.0)
+        """
+        qs = list(queries)
+        d = self.draws(num_samples, seed)
+        demand = d["log_demand"].exp()
+        sens = sensitivity(
+            d["log_demand"], d["sens_eps"], d["sens_loc"], d["sens_slope"], d["sens_scale"]
+        )
+        gen = torch.Generator().manual_seed(int(seed) + 1)
+        df = torch.tensor(self.hyper.speed_df, dtype=torch.float64)
+        # Student-t measurement noise on the log scale, one draw per posterior draw shared by
+        # every query: each query's predictive is exact, and equal queries get equal answers.
+        z = torch.randn((num_samples, 1), generator=gen, dtype=torch.float64)
+        g = _gamma(df / 2, torch.Size((num_samples, 1)), gen) / (df / 2)
+        noise = d["speed_noise"].unsqueeze(-1) * z / torch.sqrt(g)
+        chunks = []
+        for lo in range(0, max(len(qs), 1), batch_size):
+            part = qs[lo : lo + batch_size]
+            if not part:
+                break
+            job, co, share = self._encode(part)
+            ls = log_speed(demand, sens, d["threshold"], job, co, share.to(torch.float64))
+            # Speeds are relative to the job's recorded isolated throughput, whose error
+            # (beta_j) every speed of the job shares, alone or not.
+            chunks.append(ls + d["iso_bias"].index_select(-1, job))
+        if not chunks:
+            empty = torch.zeros(num_samples, 0, dtype=torch.float64)
+            return SpeedPosterior(empty, empty)
+        log_v = torch.cat(chunks, dim=1)
+        return SpeedPosterior(log_v.exp(), (log_v + noise).exp())
+
+    def predict(
+        self,
+        job: str,
+        co_runners: Sequence[str],
+        *,
+        shares: Sequence[Sequence[str]] | None = None,
+        num_samples: int = 500,
+        seed: int = 0,
+    ) -> dict[str, float]:
+        """Speed of ``job`` next to ``co_runners``: ``mean``, ``sd``, ``q05``, ``q95``.
+
+        >>> from interplace.datasets import synthetic
+        >>> from interplace.model import fit
+        >>> m = fit(synthetic(3, seed=0, samples_per_run=2), steps=200, min_steps=200)
+        >>> sorted(m.predict("job0", ["job1", "job2"]))
+        ['mean', 'q05', 'q95', 'sd']
+        """
+        q = Query(
+            job,
+            tuple(co_runners),
+            None if shares is None else tuple(tuple(s) for s in shares),
+        )
+        p = self.posterior_speed([q], num_samples=num_samples, seed=seed)
+        return {
+            "mean": float(p.mean[0]),
+            "sd": float(p.sd[0]),
+            "q05": float(p.q05[0]),
+            "q95": float(p.q95[0]),
+        }
+
+    def predict_frame(
+        self, pairs: pd.DataFrame, *, num_samples: int = 500, seed: int = 0
+    ) -> pd.DataFrame:
+        """Predictions for a table with ``job`` and ``co_runner`` columns, in row order.
+
+        ``co_runner`` holds one job or several joined by ``+``. The result has the columns
+        ``job``, ``co_runner``, ``speed_mean``, ``speed_q05``, ``speed_q95``.
+        """
+        for c in ("job", "co_runner"):
+            if c not in pairs.columns:
+                raise InputError(f"pairs table lacks column {c!r} (needs job, co_runner)")
+        queries = []
+        for pos, (job, co) in enumerate(
+            zip(pairs["job"].tolist(), pairs["co_runner"].tolist(), strict=True)
+        ):
+            if not isinstance(job, str) or not job:
+                raise InputError(f"pairs row {pos} has no job (got {job!r})")
+            if not isinstance(co, str) or not co:
+                raise InputError(f"pairs row {pos} has no co_runner (got {co!r})")
+            parts = tuple(p.strip() for p in co.split("+"))
+            if any(not p for p in parts):
+                raise InputError(f"pairs row {pos}: co_runner {co!r} has an empty name")
+            queries.append(Query(job, parts))
+        p = self.posterior_speed(queries, num_samples=num_samples, seed=seed)
+        return pd.DataFrame(
+            {
+                "job": pairs["job"].astype(str).tolist(),
+                "co_runner": pairs["co_runner"].astype(str).tolist(),
+                "speed_mean": p.mean,
+                "speed_q05": p.q05,
+                "speed_q95": p.q95,
+            }
+        )
+
+    # --------------------------------------------------------------- counters
+    def utilisation(
+        self,
+        data: CoLocationData,
+        *,
+        num_samples: int = 500,
+        seed: int = 0,
+    ) -> pd.DataFrame:
+        """Posterior of each run's true utilisation behind its counters (denoised counters).
+
+        One row per (``run_id``, ``device``, ``metric``) group of ``data.samples`` with a metric
+        the model knows: ``n`` samples, ``observed_mean`` (their plain mean), and the posterior
+        ``mean``, ``q05`` and ``q95`` of the true value in the metric's unit. For the data the
+        model was fitted on this is the posterior given every counter and speed; for new runs
+        of known jobs it is the model's prediction of their counters.
+        """
+        counters = counters_from_samples(
+            data, self.jobs, dict(zip(self.metrics, self.full_scale, strict=True))
+        )
+        columns = ["run_id", "device", "metric", "n", "observed_mean", "mean", "q05", "q95"]
+        keep = [i for i, m in enumerate(counters.metrics) if m in self.metrics]
+        if not len(counters) or not keep:
+            return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
+        res_index = {r: i for i, r in enumerate(self.resources)}
+        metric_names = [counters.metrics[int(m)] for m in counters.metric.tolist()]
+        rows = np.asarray([m in self.metrics for m in metric_names])
+        res = torch.as_tensor(
+            [res_index[METRIC_RESOURCE[m]] for m, r in zip(metric_names, rows, strict=True) if r],
+            dtype=torch.int64,
+        )
+        members = torch.as_tensor(counters.members[rows], dtype=torch.float64)
+        d = self.draws(num_samples, seed)
+        mu = counter_mean(d["log_demand"].exp(), members, res)  # (S, G)
+        fs = torch.as_tensor(
+            [
+                self.full_scale[self.metrics.index(m)]
+                for m, r in zip(metric_names, rows, strict=True)
+                if r
+            ],
+            dtype=torch.float64,
+        )
+        value = mu * fs
+        keys = [k for k, r in zip(counters.keys, rows.tolist(), strict=True) if r]
+        return pd.DataFrame(
+            {
+                "run_id": [k[0] for k in keys],
+                "device": [k[1] for k in keys],
+                "metric": [k[2] for k in keys],
+                "n": counters.n[rows].astype(int),
+                "observed_mean": counters.mean[rows] * fs.numpy(),
+                "mean": value.mean(0).numpy(),
+                "q05": torch.quantile(value, 0.05, dim=0).numpy(),
+                "q95": torch.quantile(value, 0.95, dim=0).numpy(),
+            }
+        )
+
+    # ------------------------------------------------------------------- I/O
+    def save(self, directory: str | os.PathLike[str]) -> Path:
+        """Write ``model.json`` and ``posterior.safetensors`` into ``directory`` (created).
+
+        The directory is built beside the target and renamed into place, so a failure leaves
+        no half-written model. An existing model directory is replaced; any other existing
+        path is refused.
+        """
+        from safetensors.torch import save_file
+
+        target = Path(directory)
+        is_model = target.is_dir() and (target / _META).is_file()
+        is_empty_dir = target.is_dir() and not any(target.iterdir())
+        if target.exists() and not (is_model or is_empty_dir):
+            raise InputError(f"{target} exists and is not an interplace model directory")
+        parent = target.parent
+        if not parent.is_dir():
+            raise InputError(f"output directory does not exist: {parent}")
+        meta = {
+            "format": _FORMAT_NAME,
+            "format_version": FORMAT_VERSION,
+            "jobs": list(self.jobs),
+            "resources": list(self.resources),
+            "metrics": list(self.metrics),
+            "full_scale": list(self.full_scale),
+            "hyper": dict(self.hyper.__dict__),
+            "sites": dict(SITES),
+            "info": _jsonable(dict(self.info)),
+        }
+        tensors = {}
+        for name, (loc, scale) in self.posterior.items():
+            tensors[f"{name}.loc"] = loc.detach().contiguous()
+            tensors[f"{name}.scale"] = scale.detach().contiguous()
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=parent))
+        try:
+            save_file(tensors, str(tmp / _WEIGHTS), metadata={"format": _FORMAT_NAME})
+            (tmp / _META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+            os.chmod(tmp, 0o755)
+            if target.exists():
+                old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=parent))
+                old.rmdir()
+                target.rename(old)
+                tmp.rename(target)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                tmp.rename(target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return target
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str]) -> InterferenceModel:
+        """Read a model directory written by :meth:`save`; never unpickles anything.
+
+        A missing, foreign, tampered or newer-format directory raises :class:`InputError`
+        naming the problem.
+        """
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        d = Path(directory)
+        if not d.is_dir():
+            raise InputError(f"no such model directory: {d}")
+        meta_path = d / _META
+        weights = d / _WEIGHTS
+        if not meta_path.is_file() or not weights.is_file():
+            raise InputError(f"{d}: not an interplace model (needs {_META} and {_WEIGHTS})")
+        try:
+            meta = json.loads(meta_path.read_text())
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InputError(f"{meta_path}: not valid JSON ({exc})") from None
+        if not isinstance(meta, dict) or meta.get("format") != _FORMAT_NAME:
+            raise InputError(f"{meta_path}: not an interplace model description")
+        version = meta.get("format_version")
+        if version != FORMAT_VERSION:
+            raise InputError(
+                f"{meta_path}: model format version {version!r}; this interplace reads "
+                f"version {FORMAT_VERSION}"
+            )
+        try:
+            tensors = load_file(str(weights))
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise InputError(f"{weights}: not a readable safetensors file ({exc})") from None
+        try:
+            hyper = Hyper(**{k: float(v) for k, v in meta["hyper"].items()})
+            posterior = {}
+            for name in SITES:
+                posterior[name] = (
+                    tensors[f"{name}.loc"].to(torch.float64),
+                    tensors[f"{name}.scale"].to(torch.float64),
+                )
+            extra = sorted(set(tensors) - {f"{n}.{p}" for n in SITES for p in ("loc", "scale")})
+            if extra:
+                raise InputError(f"{weights}: unexpected tensor {extra[0]!r}")
+            return cls(
+                jobs=tuple(str(j) for j in meta["jobs"]),
+                resources=tuple(str(r) for r in meta["resources"]),
+                metrics=tuple(str(m) for m in meta["metrics"]),
+                full_scale=tuple(float(f) for f in meta["full_scale"]),
+                hyper=hyper,
+                posterior=posterior,
+                info=dict(meta.get("info", {})),
+            )
+        except KeyError as exc:
+            raise InputError(f"{d}: model lacks {exc.args[0]!r}") from None
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise InputError(f"{d}: malformed model ({exc})") from None
+
+
+def _gamma(concentration: torch.Tensor, shape: torch.Size, gen: torch.Generator) -> torch.Tensor:
+    """Gamma(concentration, 1) draws from a private generator (torch's sampler has none).
+
+    Marsaglia and Tsang's method, vectorised with rejection rounds; needs concentration >= 1,
+    and uses the boost :math:`G_a = G_{a+1} U^{1/a}` below that.
+    """
+    a = float(concentration)
+    boost = a < 1
+    a1 = a + 1 if boost else a
+    d = a1 - 1.0 / 3.0
+    c = 1.0 / math.sqrt(9.0 * d)
+    out = torch.empty(shape, dtype=torch.float64)
+    todo = torch.ones(shape, dtype=torch.bool)
+    while bool(todo.any()):
+        x = torch.randn(shape, generator=gen, dtype=torch.float64)
+        u = torch.rand(shape, generator=gen, dtype=torch.float64)
+        v = (1 + c * x) ** 3
+        ok = (v > 0) & (
+            torch.log(u.clamp_min(1e-300))
+            < 0.5 * x**2 + d - d * v + d * torch.log(v.clamp_min(1e-300))
+        )
+        take = todo & ok
+        out = torch.where(take, d * v, out)
+        todo = todo & ~ok
+    if boost:
+        u = torch.rand(shape, generator=gen, dtype=torch.float64)
+        out = out * u.pow(1.0 / a)
+    return out
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

@@ -1,0 +1,235 @@
+"""The Pyro model: priors, the contention function and the two likelihoods.
+
+See :mod:`interplace.model` for the generative story. Every tensor function here takes leading
+batch dimensions (posterior draws), so one code path serves fitting (no batch) and prediction
+(``S`` draws at once).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro.nn import PyroModule
+
+__all__ = [
+    "KAPPA",
+    "SITES",
+    "Hyper",
+    "InterferenceNet",
+    "counter_mean",
+    "log_speed",
+    "sensitivity",
+]
+
+KAPPA = 12.0
+"""Sharpness of the soft ``max(0, .)`` in the contention function (1/KAPPA is its knee width)."""
+
+KAPPA_COUNTER = 50.0
+"""Sharpness of the soft ``min(1, .)`` that turns load into counter utilisation: a counter
+saturates at full scale, and a blunter knee biases every saturated run's utilisation down
+(by log(2)/KAPPA_COUNTER at load 1)."""
+
+SITES: dict[str, str] = {
+    "demand_mu": "real",
+    "demand_sd": "positive",
+    "log_demand": "real",
+    "sens_eps": "real",
+    "sens_loc": "real",
+    "sens_slope": "real",
+    "sens_scale": "positive",
+    "threshold": "positive",
+    "speed_noise": "positive",
+    "metric_noise": "positive",
+    "iso_bias": "real",
+    "iso_bias_scale": "positive",
+}
+"""Latent sites and their support (``positive`` ones are exp of their unconstrained value)."""
+
+
+@dataclass(frozen=True)
+class Hyper:
+    """Prior hyper-parameters (documented in :mod:`interplace.model`)."""
+
+    demand_loc: float = math.log(0.3)
+    demand_loc_scale: float = 1.0
+    demand_scale_loc: float = 0.0
+    demand_scale_scale: float = 0.5
+    sens_loc_scale: float = 1.5
+    sens_slope_loc: float = 0.5
+    sens_slope_scale: float = 0.5
+    sens_scale_loc: float = math.log(0.5)
+    sens_scale_scale: float = 0.5
+    threshold_scale: float = 0.3
+    speed_noise_loc: float = math.log(0.05)
+    speed_noise_scale: float = 1.0
+    metric_noise_loc: float = math.log(0.05)
+    metric_noise_scale: float = 1.0
+    speed_df: float = 4.0
+    iso_bias_scale_loc: float = math.log(0.03)
+    iso_bias_scale_scale: float = 0.5
+
+    def __post_init__(self) -> None:
+        for name, value in self.__dict__.items():
+            if not math.isfinite(value):
+                raise ValueError(f"hyper-parameter {name} must be finite, not {value!r}")
+        if self.speed_df <= 0:
+            raise ValueError(f"speed_df must be > 0, not {self.speed_df!r}")
+
+
+def _softplus(x: torch.Tensor, kappa: float = KAPPA) -> torch.Tensor:
+    return torch.nn.functional.softplus(kappa * x) / kappa
+
+
+def sensitivity(
+    log_demand: torch.Tensor,
+    sens_eps: torch.Tensor,
+    sens_loc: torch.Tensor,
+    sens_slope: torch.Tensor,
+    sens_scale: torch.Tensor,
+) -> torch.Tensor:
+    """Sensitivities :math:`s_{jr} = \\exp(a_r + b_r \\log d_{jr} + \\tau_r \\epsilon_{jr})`.
+
+    Returns shape ``(..., J, R)``. ``log_demand`` and ``sens_eps`` are ``(..., J, R)``; the
+    rest ``(..., R)``.
+    """
+    a = sens_loc.unsqueeze(-2)
+    b = sens_slope.unsqueeze(-2)
+    tau = sens_scale.unsqueeze(-2)
+    return torch.exp(a + b * log_demand + tau * sens_eps)
+
+
+def log_speed(
+    demand: torch.Tensor,
+    sens: torch.Tensor,
+    threshold: torch.Tensor,
+    job: torch.Tensor,
+    co: torch.Tensor,
+    share: torch.Tensor,
+) -> torch.Tensor:
+    """Log speed of each queried job next to its co-runners, shape ``(..., N)``.
+
+    ``demand``, ``sens``: ``(..., J, R)``; ``threshold``: ``(..., R)``; ``job``: ``(N,)``;
+    ``co``: ``(N, K)`` indices in ``0..J`` (``J`` = padding, zero demand); ``share``:
+    ``(N, K, R)`` 0/1. Implements
+
+    .. math:: \\log v_n = -\\sum_r \\log\\bigl(1 + s_{jr}\\, [\\,\\mathrm{sp}(d_{jr} + L_{nr}
+              - \\theta_r) - \\mathrm{sp}(d_{jr} - \\theta_r)\\,]\\bigr),
+              \\quad L_{nr} = \\sum_k \\mathrm{share}_{nkr}\\, d_{c_{nk} r}.
+    """
+    batch = demand.shape[:-2]
+    n_res = demand.shape[-1]
+    pad = torch.zeros(*batch, 1, n_res, dtype=demand.dtype, device=demand.device)
+    d_pad = torch.cat([demand, pad], dim=-2)
+    n, k = co.shape
+    d_co = d_pad.index_select(-2, co.reshape(-1)).reshape(*batch, n, k, n_res)
+    load = (d_co * share).sum(-2)  # (..., N, R)
+    d_j = demand.index_select(-2, job)  # (..., N, R)
+    s_j = sens.index_select(-2, job)
+    th = threshold.unsqueeze(-2)
+    excess = _softplus(d_j + load - th) - _softplus(d_j - th)
+    return -torch.log1p(s_j * excess.clamp_min(0.0)).sum(-1)
+
+
+def counter_mean(demand: torch.Tensor, members: torch.Tensor, res: torch.Tensor) -> torch.Tensor:
+    """True utilisation of each counter group, ``u_g = softmin(1, sum_j m_gj d_{j r_g})``.
+
+    ``demand``: ``(..., J, R)``; ``members``: ``(G, J + 1)`` instance counts; ``res``: ``(G,)``
+    resource of each group's metric. Returns ``(..., G)`` in ``[0, 1)``.
+    """
+    batch = demand.shape[:-2]
+    n_res = demand.shape[-1]
+    pad = torch.zeros(*batch, 1, n_res, dtype=demand.dtype, device=demand.device)
+    d_pad = torch.cat([demand, pad], dim=-2)  # (..., J+1, R)
+    load = torch.einsum("gj,...jr->...gr", members, d_pad)  # (..., G, R)
+    x = load.gather(-1, res.expand(*batch, -1).unsqueeze(-1)).squeeze(-1)
+    return (1.0 - _softplus(1.0 - x, KAPPA_COUNTER)).clamp_min(0.0)
+
+
+class InterferenceNet(PyroModule):
+    """The generative model over ``J`` jobs, ``R`` resources and ``M`` counter metrics.
+
+    ``forward`` takes the encoded observations and counter groups as tensors (see
+    :mod:`interplace.model._data`) and scores them; it returns nothing.
+    """
+
+    def __init__(self, n_jobs: int, n_res: int, n_metrics: int, hyper: Hyper) -> None:
+        super().__init__()
+        self.n_jobs = n_jobs
+        self.n_res = n_res
+        self.n_metrics = max(n_metrics, 1)
+        self.hyper = hyper
+
+    def forward(
+        self,
+        job: torch.Tensor,
+        co: torch.Tensor,
+        share: torch.Tensor,
+        log_y: torch.Tensor,
+        members: torch.Tensor,
+        metric: torch.Tensor,
+        metric_res: torch.Tensor,
+        n: torch.Tensor,
+        mean: torch.Tensor,
+        ssd: torch.Tensor,
+    ) -> None:
+        h = self.hyper
+        dt = log_y.dtype
+        dev = log_y.device
+
+        def c(x: float) -> torch.Tensor:
+            return torch.tensor(x, dtype=dt, device=dev)
+
+        with pyro.plate("resources", self.n_res, dim=-1):
+            sens_loc = pyro.sample("sens_loc", dist.Normal(c(0.0), c(h.sens_loc_scale)))
+            sens_slope = pyro.sample(
+                "sens_slope", dist.Normal(c(h.sens_slope_loc), c(h.sens_slope_scale))
+            )
+            sens_scale = pyro.sample(
+                "sens_scale", dist.LogNormal(c(h.sens_scale_loc), c(h.sens_scale_scale))
+            )
+            threshold = pyro.sample("threshold", dist.LogNormal(c(0.0), c(h.threshold_scale)))
+            demand_mu = pyro.sample(
+                "demand_mu", dist.Normal(c(h.demand_loc), c(h.demand_loc_scale))
+            )
+            demand_sd = pyro.sample(
+                "demand_sd", dist.LogNormal(c(h.demand_scale_loc), c(h.demand_scale_scale))
+            )
+            with pyro.plate("jobs", self.n_jobs, dim=-2):
+                log_demand = pyro.sample("log_demand", dist.Normal(demand_mu, demand_sd))
+                sens_eps = pyro.sample("sens_eps", dist.Normal(c(0.0), c(1.0)))
+        iso_bias_scale = pyro.sample(
+            "iso_bias_scale",
+            dist.LogNormal(c(h.iso_bias_scale_loc), c(h.iso_bias_scale_scale)),
+        )
+        with pyro.plate("jobs_bias", self.n_jobs, dim=-1):
+            iso_bias = pyro.sample("iso_bias", dist.Normal(c(0.0), iso_bias_scale))
+        speed_noise = pyro.sample(
+            "speed_noise", dist.LogNormal(c(h.speed_noise_loc), c(h.speed_noise_scale))
+        )
+        with pyro.plate("metrics", self.n_metrics, dim=-1):
+            metric_noise = pyro.sample(
+                "metric_noise", dist.LogNormal(c(h.metric_noise_loc), c(h.metric_noise_scale))
+            )
+        demand = log_demand.exp()
+        sens = sensitivity(log_demand, sens_eps, sens_loc, sens_slope, sens_scale)
+        if job.shape[0] > 0:
+            loc = log_speed(demand, sens, threshold, job, co, share) + iso_bias.index_select(
+                -1, job
+            )
+            with pyro.plate("observations", job.shape[0], dim=-1):
+                pyro.sample("log_speed", dist.StudentT(c(h.speed_df), loc, speed_noise), obs=log_y)
+        if metric.shape[0] > 0:
+            mu = counter_mean(demand, members, metric_res)
+            sigma = metric_noise.index_select(-1, metric)
+            # Gaussian likelihood of n samples from their sufficient statistics.
+            logp = (
+                -n * torch.log(sigma)
+                - 0.5 * n * math.log(2 * math.pi)
+                - (ssd + n * (mean - mu) ** 2) / (2 * sigma**2)
+            )
+            with pyro.plate("counter_groups", metric.shape[0], dim=-1):
+                pyro.factor("counters", logp)

@@ -1,0 +1,355 @@
+"""``interplace fit``, ``predict`` and ``evaluate``: round trips, JSON, one-line errors."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from interplace.cli import main
+from interplace.datasets import synthetic, write_runs
+
+STEPS = "200"
+EVAL_STEPS = "100"  # each evaluate fits its own model; the JSON shape is what is tested
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code: int, out: str, err: str, message: str) -> None:
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("interplace: error: "), err
+    assert message in err
+
+
+@dataclass(frozen=True)
+class Fitted:
+    data: Path
+    model: Path
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory: pytest.TempPathFactory) -> Fitted:
+    """One small model, fitted once through the CLI for every test."""
+    root = tmp_path_factory.mktemp("fit")
+    data = root / "toy"
+    data.mkdir()
+    write_runs(synthetic(4, seed=0, samples_per_run=3), data)
+    model = root / "model"
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(
+            [
+                "fit",
+                "--runs",
+                str(data / "runs.csv"),
+                "--samples",
+                str(data / "samples.csv"),
+                "--out",
+                str(model),
+                "--steps",
+                STEPS,
+            ]
+        )
+    return Fitted(data, model, code, out.getvalue(), err.getvalue())
+
+
+def test_fit_writes_a_model_and_prints_a_summary(fitted: Fitted) -> None:
+    assert fitted.code == 0
+    assert sorted(p.name for p in fitted.model.iterdir()) == ["model.json", "posterior.safetensors"]
+    assert fitted.out.count("\n") == 1
+    assert fitted.out.startswith("fitted 4 jobs to 20 co-located observations")
+    assert "of toy: 200 steps" in fitted.out and fitted.out.endswith(f"-> {fitted.model}\n")
+    assert fitted.err == ""  # the tqdm bar shows only on a terminal
+    meta = json.loads((fitted.model / "model.json").read_text())
+    assert meta["jobs"] == ["job0", "job1", "job2", "job3"] and meta["info"]["data"] == "toy"
+    # Nothing but the model directory (no temporary directories) is left beside it.
+    assert sorted(p.name for p in fitted.model.parent.iterdir()) == ["model", "toy"]
+
+
+PAIRS = pd.DataFrame(
+    {
+        "job": ["job2", "job0", "job1", "job3", "job2", "job0"],
+        "co_runner": ["job3", "job1", "job0+job2", "job3", "job3", "job1+job2+job3"],
+    }
+)
+
+
+def test_predict_round_trip_keeps_the_row_order(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, fitted: Fitted
+) -> None:
+    pairs = tmp_path / "pairs.csv"
+    PAIRS.to_csv(pairs, index=False)
+    out = tmp_path / "pred.csv"
+    code, text, err = run(
+        capsys, "predict", "--model", str(fitted.model), "--pairs", str(pairs), "--out", str(out)
+    )
+    assert (code, err) == (0, "")
+    assert text == f"predicted 6 co-locations with 500 posterior draws each -> {out}\n"
+    pred = pd.read_csv(out, dtype={"job": str, "co_runner": str})
+    assert pred.columns.tolist() == ["job", "co_runner", "speed_mean", "speed_q05", "speed_q95"]
+    pd.testing.assert_frame_equal(pred[["job", "co_runner"]], PAIRS)
+    assert pred[["speed_mean", "speed_q05", "speed_q95"]].notna().all().all()
+    assert ((pred["speed_mean"] > 0) & (pred["speed_mean"] <= 1.0 + 1e-9)).all()
+    assert (pred["speed_q05"] < pred["speed_q95"]).all()
+    # One set of posterior draws serves every row: a repeated query has the same mean.
+    assert pred["speed_mean"][0] == pred["speed_mean"][4]
+    # Three co-runners slow job0 down more than one of them.
+    assert pred["speed_mean"][5] < pred["speed_mean"][1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.csv", "pred.csv"]
+
+
+def test_predict_is_deterministic_for_a_seed(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, fitted: Fitted
+) -> None:
+    pairs = tmp_path / "pairs.parquet"
+    PAIRS.to_parquet(pairs, index=False)
+    common = [
+        "predict",
+        "--model",
+        str(fitted.model),
+        "--pairs",
+        str(pairs),
+        "--samples-per-query",
+        "200",
+    ]
+    outs = [tmp_path / "a.csv", tmp_path / "b.csv", tmp_path / "c.parquet", tmp_path / "d.csv"]
+    for out, seed in zip(outs, ["3", "3", "3", "4"], strict=True):
+        code, _, err = run(capsys, *common, "--seed", seed, "--out", str(out))
+        assert (code, err) == (0, "")
+    assert outs[0].read_bytes() == outs[1].read_bytes()
+    a = pd.read_csv(outs[0])
+    pd.testing.assert_frame_equal(pd.read_parquet(outs[2]), a, check_exact=False, rtol=1e-12)
+    assert not a.equals(pd.read_csv(outs[3]))
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("pairs_text", "message"),
+    [
+        ("job,co_runner\njob0,job1\njob1,job9\n", "pairs row 1: unknown job 'job9'"),
+        # "NA" is a job name like any other (not a missing value), and the model lacks it.
+        ("job,co_runner\njob0,job1+NA\n", "pairs row 0: unknown job 'NA'"),
+        ("job,co_runner\nnope,job1\n", "pairs row 0: unknown job 'nope'"),
+        ("job,corunner\njob0,job1\n", "pairs table lacks column(s) co_runner"),
+        ("job,co_runner\njob0,job1\n,job2\n", "pairs row 1 has no job"),
+        ("job,co_runner\njob0,\n", "pairs row 0 has no co_runner"),
+        ("job,co_runner\njob0,job1+\n", "pairs row 0: co_runner 'job1+' has an empty name"),
+        ("job,co_runner\n", "pairs table has no rows"),
+        ("", "pairs table is empty"),
+    ],
+)
+def test_bad_pairs_are_one_line_errors_and_leave_no_output(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    fitted: Fitted,
+    pairs_text: str,
+    message: str,
+) -> None:
+    pairs = _write(tmp_path / "pairs.csv", pairs_text)
+    out = tmp_path / "pred.csv"
+    code, text, err = run(
+        capsys, "predict", "--model", str(fitted.model), "--pairs", str(pairs), "--out", str(out)
+    )
+    assert_one_line_error(code, text, err, message)
+    assert str(pairs) in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.csv"]
+
+
+def test_predict_refuses_bad_paths(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, fitted: Fitted
+) -> None:
+    pairs = _write(tmp_path / "pairs.csv", "job,co_runner\njob0,job1\n")
+    model = str(fitted.model)
+    cases = [
+        ([model, str(pairs), str(tmp_path / "pred.txt")], "unknown output file type '.txt'"),
+        ([model, str(tmp_path / "pairs.json"), str(tmp_path / "p.csv")], "no such file"),
+        (
+            [
+                model,
+                str(_write(tmp_path / "pairs.tsv", "job\tco_runner\n")),
+                str(tmp_path / "p.csv"),
+            ],
+            "unknown pairs file type '.tsv'",
+        ),
+        (
+            [str(tmp_path / "no-model"), str(pairs), str(tmp_path / "p.csv")],
+            "no such model directory",
+        ),
+        ([str(tmp_path), str(pairs), str(tmp_path / "p.csv")], "not an interplace model"),
+        (
+            [model, str(pairs), str(tmp_path / "missing" / "p.csv")],
+            "output directory does not exist",
+        ),
+    ]
+    for (m, p, o), message in cases:
+        code, text, err = run(capsys, "predict", "--model", m, "--pairs", p, "--out", o)
+        assert_one_line_error(code, text, err, message)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.csv", "pairs.tsv"]
+
+
+def test_a_tampered_model_is_a_one_line_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, fitted: Fitted
+) -> None:
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(fitted.model, model)
+    pairs = _write(tmp_path / "pairs.csv", "job,co_runner\njob0,job1\n")
+    out = tmp_path / "pred.csv"
+    argv = ["predict", "--model", str(model), "--pairs", str(pairs), "--out", str(out)]
+    (model / "posterior.safetensors").write_bytes(b"\x00garbage, not safetensors" * 4)
+    assert_one_line_error(*run(capsys, *argv), "not a readable safetensors file")
+    shutil.copy(fitted.model / "posterior.safetensors", model / "posterior.safetensors")
+    (model / "model.json").write_text("{not json")
+    assert_one_line_error(*run(capsys, *argv), "not valid JSON")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("split", "kind"),
+    [(["--holdout-frac", "0.4"], "random_runs"), (["--cold-jobs", "1"], "cold_start")],
+)
+def test_evaluate_prints_json(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    fitted: Fitted,
+    split: list[str],
+    kind: str,
+) -> None:
+    out = tmp_path / "eval.json"
+    code, text, err = run(
+        capsys,
+        "evaluate",
+        "--runs",
+        str(fitted.data / "runs.csv"),
+        "--samples",
+        str(fitted.data / "samples.csv"),
+        *split,
+        "--steps",
+        EVAL_STEPS,
+        "--seed",
+        "1",
+        "--quiet",
+        "--out",
+        str(out),
+    )
+    assert (code, err) == (0, "")
+    result = json.loads(text)
+    assert {"model", "baselines", "best_baseline"} <= set(result)
+    assert result["split"]["kind"] == kind and result["data"] == "toy"
+    assert result["best_baseline"] in result["baselines"]
+    assert {"mae", "coverage_90", "interval_width_90"} <= set(result["model"])
+    assert out.read_text() == text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["eval.json"]
+
+
+def test_fit_with_samples_of_unknown_runs_fails_before_fitting(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, fitted: Fitted
+) -> None:
+    samples = tmp_path / "samples.csv"
+    _write(samples, "run_id,t_s,metric,value\niso/job0,0.0,gpu_util_pct,50\nghost,0.0,x,1\n")
+    model = tmp_path / "model"
+    code, out, err = run(
+        capsys,
+        "fit",
+        "--runs",
+        str(fitted.data / "runs.csv"),
+        "--samples",
+        str(samples),
+        "--out",
+        str(model),
+        "--quiet",
+    )
+    assert_one_line_error(code, out, err, "samples row 1 has run_id 'ghost'")
+    assert str(samples) in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["samples.csv"]
+
+
+def test_fit_refuses_bad_outputs_and_topologies_before_fitting(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, fitted: Fitted
+) -> None:
+    runs = str(fitted.data / "runs.csv")
+    occupied = _write(tmp_path / "model", "a file")
+    cases = [
+        (["--out", str(occupied)], "exists and is not an interplace model directory"),
+        (["--out", str(tmp_path / "missing" / "m")], "output directory does not exist"),
+        (
+            ["--out", str(tmp_path / "m"), "--topology", "dgx-z9000"],
+            "unknown built-in topology 'dgx-z9000'",
+        ),
+    ]
+    for extra, message in cases:
+        assert_one_line_error(*run(capsys, "fit", "--runs", runs, "--quiet", *extra), message)
+    code, out, err = run(
+        capsys, "evaluate", "--runs", runs, "--out", str(tmp_path / "missing" / "e.json")
+    )
+    assert_one_line_error(code, out, err, "output directory does not exist")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["fit", "--runs", "r.csv", "--out", "m", "--steps", "0"],
+            "argument --steps: must be an integer >= 1, not '0'",
+        ),
+        (
+            ["fit", "--runs", "r.csv", "--out", "m", "--steps", "1.5"],
+            "argument --steps: must be an integer >= 1, not '1.5'",
+        ),
+        (["fit", "--runs", "r.csv", "--out", "m", "--device", "tpu"], "argument --device"),
+        (
+            [
+                "predict",
+                "--model",
+                "m",
+                "--pairs",
+                "p.csv",
+                "--out",
+                "o.csv",
+                "--samples-per-query",
+                "1",
+            ],
+            "argument --samples-per-query: must be an integer >= 2",
+        ),
+        (
+            ["evaluate", "--runs", "r.csv", "--holdout-frac", "1"],
+            "argument --holdout-frac: must be a number between 0 and 1, not '1'",
+        ),
+        (["evaluate", "--runs", "r.csv", "--holdout-frac", "nan"], "argument --holdout-frac"),
+        (["evaluate", "--runs", "r.csv", "--cold-jobs", "0"], "argument --cold-jobs"),
+        (
+            ["evaluate", "--runs", "r.csv", "--cold-jobs", "2", "--holdout-frac", "0.2"],
+            "not allowed with argument",
+        ),
+        (["evaluate", "--runs", "r.csv", "--seed", "-1"], "argument --seed"),
+    ],
+)
+def test_bad_numbers_are_usage_errors_with_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines()[-1].startswith(f"interplace {argv[0]}: error: ")
+    assert message in err.splitlines()[-1]
