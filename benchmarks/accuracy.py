@@ -79,7 +79,7 @@ def split_results(data: CoLocationData, kind: str, seeds: list[int]) -> dict[str
     }
 
 
-def denoise(seeds: list[int], n_jobs: int = 10, samples_per_run: int = 10) -> dict[str, Any]:
+def denoise(seeds: list[int], n_jobs: int = 10, samples_per_run: int = 20) -> dict[str, Any]:
     rows = []
     for seed in seeds:
         data = synthetic(n_jobs, seed=seed, samples_per_run=samples_per_run)

@@ -77,7 +77,7 @@ METRIC_FULL_SCALE: dict[str, float] = {
 }
 """The value of each metric at full utilisation. PCIe counters default to 16 GB/s (PCIe 3.0
 x16, in KB/s); metrics without an entry (``instructions``) take the largest per-run mean seen
-in the data as full scale."""
+in the data as full scale, and are left out when that is 0."""
 
 _IntArray = np.ndarray[Any, np.dtype[np.int64]]
 _FloatArray = np.ndarray[Any, np.dtype[np.float64]]
@@ -289,6 +289,9 @@ def counters_from_samples(
         if given is None:
             means = stats.xs(m, level="metric")["mean"]
             given = float(means.max())
+            if given == 0.0:
+                # Never above zero: no scale to learn from and nothing to say about demand.
+                continue
         if not (math.isfinite(given) and given > 0):
             raise InputError(
                 f"{data.name}: cannot scale metric {m!r} (full scale {given!r}); its values "
@@ -306,10 +309,13 @@ def counters_from_samples(
             raise InputError(f"{data.name}: job {job!r} is not one of the model's jobs")
         members_of.setdefault((rid, d), []).append(index[job])
         members_of.setdefault((rid, "*"), []).append(index[job])
+    metrics = tuple(m for m in metrics if m in scales)
     rows = []
     keys = []
     for key, st in stats.iterrows():
         rid, d, m = key  # type: ignore[misc]
+        if m not in scales:
+            continue
         jobs_here = members_of.get((rid, d))
         if jobs_here is None:
             # Samples from a device no row names (or rows without devices): the whole run.

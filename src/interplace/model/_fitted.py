@@ -521,6 +521,8 @@ class InterferenceModel:
                 posterior=posterior,
                 info=dict(meta.get("info", {})),
             )
+        except InputError:
+            raise
         except KeyError as exc:
             raise InputError(f"{d}: model lacks {exc.args[0]!r}") from None
         except (TypeError, ValueError, AttributeError) as exc:

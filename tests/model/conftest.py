@@ -1,0 +1,23 @@
+"""Shared fits for the model tests: small data sets, short fits, fitted once per session."""
+
+from __future__ import annotations
+
+import pytest
+
+from interplace.datasets import CoLocationData, synthetic
+from interplace.model import InterferenceModel, fit
+
+# A short fit: 400 steps on 4 jobs take about a second on two cores. Its posterior is not
+# converged to the digit, which is fine for every test that compares a model with itself
+# (round trips, monotonicity per draw) rather than with the truth.
+SMALL_STEPS = 400
+
+
+@pytest.fixture(scope="session")
+def small_data() -> CoLocationData:
+    return synthetic(4, seed=2, samples_per_run=8)
+
+
+@pytest.fixture(scope="session")
+def small_model(small_data: CoLocationData) -> InterferenceModel:
+    return fit(small_data, seed=0, steps=SMALL_STEPS, min_steps=SMALL_STEPS)

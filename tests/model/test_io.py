@@ -1,0 +1,360 @@
+"""Saving and loading a fitted model: exact round trip, clear refusals, and never a pickle."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import re
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from interplace.datasets import CoLocationData
+from interplace.errors import InputError
+from interplace.model import FORMAT_VERSION, InterferenceModel, Query
+
+META = "model.json"
+WEIGHTS = "posterior.safetensors"
+
+
+def _queries(model: InterferenceModel) -> list[Query]:
+    jobs = model.jobs
+    out = [Query(a, (b,)) for a in jobs for b in jobs]
+    out += [Query(jobs[0], (jobs[1], jobs[-1])), Query(jobs[-1], ())]
+    out.append(Query(jobs[0], (jobs[1],), shares=(("pcie_h2d", "host_cpu"),)))
+    return out
+
+
+@pytest.fixture
+def saved(small_model: InterferenceModel, tmp_path: Path) -> Path:
+    return small_model.save(tmp_path / "model")
+
+
+def _edit_meta(directory: Path, change: Callable[[dict[str, Any]], Any]) -> None:
+    meta = json.loads((directory / META).read_text())
+    new = change(meta)
+    (directory / META).write_text(json.dumps(meta if new is None else new))
+
+
+def _edit_tensors(directory: Path, change: Callable[[dict[str, torch.Tensor]], object]) -> None:
+    tensors = load_file(str(directory / WEIGHTS))
+    change(tensors)
+    save_file(tensors, str(directory / WEIGHTS))
+
+
+# ------------------------------------------------------------------------------ round trip
+
+
+def test_round_trip_is_exact(
+    small_model: InterferenceModel, small_data: CoLocationData, saved: Path
+) -> None:
+    loaded = InterferenceModel.load(saved)
+    assert loaded.jobs == small_model.jobs
+    assert loaded.resources == small_model.resources
+    assert loaded.metrics == small_model.metrics
+    assert loaded.full_scale == small_model.full_scale
+    assert loaded.hyper == small_model.hyper
+    assert dict(loaded.info) == dict(small_model.info)
+    for name, (loc, scale) in small_model.posterior.items():
+        assert loaded.posterior[name][0].dtype == torch.float64
+        assert torch.equal(loaded.posterior[name][0], loc), name
+        assert torch.equal(loaded.posterior[name][1], scale), name
+    # Identical posterior and the same prediction seed: identical draws, bit for bit.
+    queries = _queries(small_model)
+    a = small_model.posterior_speed(queries, num_samples=200, seed=5)
+    b = loaded.posterior_speed(queries, num_samples=200, seed=5)
+    assert torch.equal(a.speed, b.speed)
+    assert torch.equal(a.measured, b.measured)
+    assert small_model.predict("job0", ["job1"]) == loaded.predict("job0", ["job1"])
+    pd.testing.assert_frame_equal(
+        small_model.utilisation(small_data, num_samples=50),
+        loaded.utilisation(small_data, num_samples=50),
+    )
+
+
+def test_save_replaces_a_model_and_leaves_no_temporaries(
+    small_model: InterferenceModel, tmp_path: Path
+) -> None:
+    target = tmp_path / "m"
+    small_model.save(target)
+    small_model.save(target)  # an existing model directory is replaced
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+    assert sorted(p.name for p in target.iterdir()) == [META, WEIGHTS]
+    loaded = InterferenceModel.load(target)
+    for name, (loc, _) in small_model.posterior.items():
+        assert torch.equal(loaded.posterior[name][0], loc), name
+
+
+def test_save_refuses_to_overwrite_foreign_paths(
+    small_model: InterferenceModel, tmp_path: Path
+) -> None:
+    file = tmp_path / "notes.txt"
+    file.write_text("mine")
+    with pytest.raises(InputError, match="not an interplace model directory"):
+        small_model.save(file)
+    assert file.read_text() == "mine"
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "keep.txt").write_text("mine")
+    with pytest.raises(InputError, match="not an interplace model directory"):
+        small_model.save(other)
+    assert sorted(p.name for p in other.iterdir()) == ["keep.txt"]
+    with pytest.raises(InputError, match="output directory does not exist"):
+        small_model.save(tmp_path / "missing" / "model")
+
+
+# ------------------------------------------------------------------------------- no pickle
+
+
+def test_saved_directory_holds_json_and_safetensors_only(saved: Path) -> None:
+    assert sorted(p.name for p in saved.iterdir()) == [META, WEIGHTS]
+    meta = json.loads((saved / META).read_text())
+    assert meta["format_version"] == FORMAT_VERSION
+    raw = (saved / WEIGHTS).read_bytes()
+    # Neither a pickle (protocol 2+ starts with 0x80) nor torch.save's zip archive.
+    assert raw[:1] != b"\x80"
+    assert raw[:4] != b"PK\x03\x04"
+    # The safetensors layout: a little-endian u64 header length, then that much JSON.
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + n])
+    assert header["__metadata__"]["format"] == meta["format"]
+    tensor_names = {k for k in header if k != "__metadata__"}
+    assert tensor_names == {f"{s}.{p}" for s in meta["sites"] for p in ("loc", "scale")}
+    assert {header[k]["dtype"] for k in tensor_names} == {"F64"}
+
+
+def test_load_never_unpickles(saved: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("load must not unpickle")
+
+    for name in ("load", "loads", "Unpickler"):
+        monkeypatch.setattr(pickle, name, refuse)
+    monkeypatch.setattr(torch, "load", refuse)
+    loaded = InterferenceModel.load(saved)
+    assert loaded.jobs
+
+
+class _Trap:
+    """Unpickling this creates a file: proof that something unpickled it."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (open, (str(self.marker), "w"))
+
+
+@pytest.mark.parametrize("writer", ["pickle", "torch"])
+def test_a_pickled_weights_file_is_refused_unopened(saved: Path, writer: str) -> None:
+    marker = saved.parent / "unpickled"
+    payload = {"log_demand.loc": _Trap(marker)}
+    if writer == "pickle":
+        (saved / WEIGHTS).write_bytes(pickle.dumps(payload))
+    else:
+        torch.save(payload, saved / WEIGHTS)
+    with pytest.raises(InputError, match="not a readable safetensors file"):
+        InterferenceModel.load(saved)
+    assert not marker.exists()
+
+
+# ---------------------------------------------------------------------- tampered weights
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        pytest.param(lambda b: b[: len(b) - 7], id="truncated"),
+        pytest.param(lambda b: b[:8] + b"X" + b[9:], id="garbled-header"),
+        pytest.param(lambda b: struct.pack("<Q", 1 << 40) + b[8:], id="huge-header-length"),
+        pytest.param(lambda b: b"", id="empty"),
+        pytest.param(lambda b: b"\x00" * len(b), id="zeroed"),
+    ],
+)
+def test_a_corrupt_weights_file_is_refused(saved: Path, tamper: Callable[[bytes], bytes]) -> None:
+    path = saved / WEIGHTS
+    path.write_bytes(tamper(path.read_bytes()))
+    with pytest.raises(InputError, match=r"posterior\.safetensors: not a readable safetensors"):
+        InterferenceModel.load(saved)
+
+
+def test_an_extra_tensor_is_refused(saved: Path) -> None:
+    _edit_tensors(saved, lambda t: t.update({"backdoor.loc": torch.zeros(3)}))
+    with pytest.raises(InputError, match=r"unexpected tensor 'backdoor\.loc'"):
+        InterferenceModel.load(saved)
+
+
+def test_every_missing_tensor_is_refused(small_model: InterferenceModel, saved: Path) -> None:
+    names = sorted(load_file(str(saved / WEIGHTS)))
+    for name in names:
+        _edit_tensors(saved, lambda t, name=name: t.pop(name))
+        with pytest.raises(InputError, match=re.escape(f"lacks {name!r}")):
+            InterferenceModel.load(saved)
+        small_model.save(saved)  # a fresh, untouched copy for the next site
+
+
+_POISON = {
+    "loc-nan": ("loc", float("nan"), "holds non-finite values"),
+    "loc-inf": ("loc", float("-inf"), "holds non-finite values"),
+    "scale-inf": ("scale", float("inf"), "holds non-finite values"),
+    "scale-zero": ("scale", 0.0, r"has a scale <= 0"),
+    "scale-negative": ("scale", -1.0, r"has a scale <= 0"),
+}
+
+
+@pytest.mark.parametrize("poison", sorted(_POISON))
+def test_non_finite_or_non_positive_tensors_are_refused(
+    small_model: InterferenceModel, saved: Path, poison: str
+) -> None:
+    part, value, message = _POISON[poison]
+    sites = sorted({k.rsplit(".", 1)[0] for k in load_file(str(saved / WEIGHTS))})
+    assert len(sites) >= 5
+    for site in sites:
+        key = f"{site}.{part}"
+
+        def poisoned(t: dict[str, torch.Tensor], key: str = key) -> None:
+            x = t[key].clone()
+            x.view(-1)[-1] = value
+            t[key] = x
+
+        _edit_tensors(saved, poisoned)
+        with pytest.raises(InputError, match=f"posterior site {site} {message}"):
+            InterferenceModel.load(saved)
+        small_model.save(saved)  # a fresh, untouched copy for the next site
+
+
+def test_a_tensor_of_the_wrong_shape_is_refused(
+    small_model: InterferenceModel, saved: Path
+) -> None:
+    names = sorted(load_file(str(saved / WEIGHTS)))
+    for name in names:
+        site = name.rsplit(".", 1)[0]
+
+        def grow(t: dict[str, torch.Tensor], name: str = name) -> None:
+            x = t[name]
+            t[name] = torch.cat([x.reshape(-1), x.reshape(-1)[:1]]) if x.dim() < 2 else x[1:]
+
+        _edit_tensors(saved, grow)
+        with pytest.raises(InputError, match=f"posterior site {site} has shape"):
+            InterferenceModel.load(saved)
+        small_model.save(saved)
+
+
+# ------------------------------------------------------------------------- model.json
+
+
+@pytest.mark.parametrize("version", [FORMAT_VERSION + 1, 0, "1", None])
+def test_another_format_version_is_refused(saved: Path, version: object) -> None:
+    _edit_meta(saved, lambda m: m.update(format_version=version))
+    with pytest.raises(InputError, match=rf"model format version {version!r}; this interplace"):
+        InterferenceModel.load(saved)
+
+
+def test_a_missing_format_version_is_refused(saved: Path) -> None:
+    _edit_meta(saved, lambda m: m.pop("format_version") and None)
+    with pytest.raises(InputError, match="model format version None"):
+        InterferenceModel.load(saved)
+
+
+@pytest.mark.parametrize(
+    "foreign",
+    [
+        pytest.param({"name": "bert", "version": 1}, id="other-tool"),
+        pytest.param({"format": "safetensors-model", "format_version": 1}, id="other-format"),
+        pytest.param([1, 2, 3], id="list"),
+        pytest.param("interplace-interference-model", id="string"),
+        pytest.param(None, id="null"),
+    ],
+)
+def test_foreign_json_is_refused(saved: Path, foreign: object) -> None:
+    (saved / META).write_text(json.dumps(foreign))
+    with pytest.raises(InputError, match=r"model\.json: not an interplace model description"):
+        InterferenceModel.load(saved)
+
+
+@pytest.mark.parametrize(
+    "content", [b"{not json", b"\xff\xfe\x00garbage", b""], ids=["syntax", "binary", "empty"]
+)
+def test_a_meta_file_that_is_not_json_is_refused(saved: Path, content: bytes) -> None:
+    (saved / META).write_bytes(content)
+    with pytest.raises(InputError, match=r"model\.json: not valid JSON"):
+        InterferenceModel.load(saved)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        pytest.param(lambda m: m.pop("jobs") and None, "lacks 'jobs'", id="no-jobs"),
+        pytest.param(lambda m: m.pop("hyper") and None, "lacks 'hyper'", id="no-hyper"),
+        pytest.param(
+            lambda m: m.update(jobs=["job0", "job1"]),
+            r"posterior site \w+ has shape",
+            id="fewer-jobs",
+        ),
+        pytest.param(
+            lambda m: m.update(jobs=["a", "a", "b", "c"]), "distinct job names", id="dup-jobs"
+        ),
+        pytest.param(
+            lambda m: m["hyper"].update(speed_df=-1.0), "speed_df must be > 0", id="bad-hyper"
+        ),
+        pytest.param(
+            lambda m: m["hyper"].update(nonsense=1.0), "malformed model", id="unknown-hyper"
+        ),
+        pytest.param(lambda m: m.update(hyper=[1, 2]), "malformed model", id="hyper-list"),
+        pytest.param(
+            lambda m: m.update(full_scale=["wide"] * len(m["metrics"])),
+            "malformed model",
+            id="full-scale-text",
+        ),
+        pytest.param(
+            lambda m: m.update(full_scale=m["full_scale"][:-1]),
+            "metrics and full_scale differ in length",
+            id="full-scale-short",
+        ),
+    ],
+)
+def test_a_malformed_description_is_refused(
+    saved: Path, change: Callable[[dict[str, Any]], Any], message: str
+) -> None:
+    _edit_meta(saved, change)
+    with pytest.raises(InputError, match=message):
+        InterferenceModel.load(saved)
+
+
+# -------------------------------------------------------------------------- missing files
+
+
+@pytest.mark.parametrize("missing", [META, WEIGHTS])
+def test_a_missing_file_is_refused(saved: Path, missing: str) -> None:
+    (saved / missing).unlink()
+    with pytest.raises(InputError, match=r"not an interplace model \(needs model\.json and"):
+        InterferenceModel.load(saved)
+
+
+def test_a_missing_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no such model directory"):
+        InterferenceModel.load(tmp_path / "nowhere")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InputError, match="no such model directory"):
+        InterferenceModel.load(tmp_path / "file")
+
+
+def test_every_refusal_is_one_line(saved: Path) -> None:
+    _edit_meta(saved, lambda m: m.update(format_version=99))
+    with pytest.raises(InputError) as info:
+        InterferenceModel.load(saved)
+    assert "\n" not in str(info.value)
+    assert str(saved) in str(info.value)
+
+
+def test_loaded_predictions_are_finite(saved: Path) -> None:
+    loaded = InterferenceModel.load(saved)
+    p = loaded.posterior_speed(_queries(loaded), num_samples=100)
+    assert np.isfinite(p.speed.numpy()).all()
+    assert (p.speed > 0).all()
