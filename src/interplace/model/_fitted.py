@@ -252,7 +252,7 @@ class InterferenceModel:
         *,
         num_samples: int = 500,
         seed: int = 0,
-        batch_size: int = 4096,
+        batch_size: int = 1024,
     ) -> SpeedPosterior:
         """Posterior predictive speed of many proposed co-locations at once.
 

@@ -1,0 +1,61 @@
+"""How fast a fitted model scores candidate co-locations, the placement engine's inner call.
+
+Run: ``python benchmarks/predict_speed.py [--queries 10000] [--draws 500] [--repeats 5]``
+
+Fits the model once on Gavel V100 (26 jobs), then times
+:meth:`~interplace.model.InterferenceModel.posterior_speed` on ``--queries`` random
+candidates (one to three co-runners each) and reports the median over ``--repeats`` rounds of
+the time per query, next to a baseline measured in the same run: calling
+:meth:`~interplace.model.InterferenceModel.predict` once per query in a Python loop (on 200
+queries), which is what a scheduler without the batched call would do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+from interplace.datasets import load_gavel
+from interplace.model import Query, fit
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--queries", type=int, default=10_000)
+    ap.add_argument("--draws", type=int, default=500)
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+    model = fit(load_gavel("v100").data, seed=0)
+    rng = random.Random(0)
+    jobs = list(model.jobs)
+    queries = [
+        Query(rng.choice(jobs), tuple(rng.choices(jobs, k=rng.randint(1, 3))))
+        for _ in range(args.queries)
+    ]
+    batched = []
+    for r in range(args.repeats):
+        t0 = time.perf_counter()
+        model.posterior_speed(queries, num_samples=args.draws, seed=r)
+        batched.append((time.perf_counter() - t0) / len(queries))
+    loop = []
+    few = queries[:200]
+    for r in range(args.repeats):
+        t0 = time.perf_counter()
+        for q in few:
+            model.predict(q.job, q.co_runners, num_samples=args.draws, seed=r)
+        loop.append((time.perf_counter() - t0) / len(few))
+    b, lo = statistics.median(batched), statistics.median(loop)
+    print(
+        f"{len(jobs)} jobs, {args.queries} queries, {args.draws} posterior draws each, "
+        f"median of {args.repeats} rounds"
+    )
+    print(f"{'call':<44}{'us / query':>12}{'x baseline':>12}")
+    print(f"{'predict() per query in a loop (baseline)':<44}{lo * 1e6:>12.1f}{1.0:>12.2f}")
+    print(f"{'posterior_speed(all queries)':<44}{b * 1e6:>12.1f}{b / lo:>12.3f}")
+    print(f"queries per second, batched: {1 / b:,.0f}")
+
+
+if __name__ == "__main__":
+    main()
