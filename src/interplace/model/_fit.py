@@ -183,6 +183,8 @@ def fit(
             bar = tqdm(total=steps, desc="fit", unit="step", disable=not progress, leave=False)
             scale = max(len(obs) + len(counters), 1)
             prev = math.inf
+            annealed = False
+            anneal_until = steps
             try:
                 for step in range(steps):
                     loss = float(svi.step(*tensors))
@@ -197,8 +199,17 @@ def fit(
                         cur = float(np.mean(losses[-_WINDOW:]))
                         bar.set_postfix(loss=f"{cur / scale:.4f}")
                         if step + 1 >= min_steps and prev - cur < rel_tol * scale:
-                            stopped_early = step + 1 < steps
-                            break
+                            if not annealed:
+                                # First plateau: settle the noisy iterates at a tenth of the
+                                # learning rate for two more windows, then stop.
+                                annealed = True
+                                for opt in optim.optim_objs.values():
+                                    for group in opt.param_groups:
+                                        group["lr"] *= 0.1
+                                anneal_until = step + 1 + 2 * _WINDOW
+                            elif step + 1 >= anneal_until:
+                                stopped_early = step + 1 < steps
+                                break
                         prev = cur
             finally:
                 bar.close()
