@@ -103,11 +103,13 @@ def fit(
 
     The guide is a mean-field normal (Pyro's ``AutoNormal``) over every latent, initialised at
     the demands that the isolated-run counters suggest. Optimisation is Adam with gradient
-    clipping, at most ``steps`` steps; it stops early when the mean ELBO loss of the last
-    ``100`` steps improved on the previous 100 by less than ``rel_tol`` times the number of
-    observations, after ``min_steps``. Pyro parameters live in the guide module
-    (``module_local_params``), never in Pyro's global store, and all randomness comes from a
-    private torch RNG state seeded by ``seed``: the same data and seed give the same model.
+    clipping, at most ``steps`` steps. After ``min_steps``, the first time the mean ELBO loss
+    of the last 100 steps improves on the previous 100 by less than ``rel_tol`` times the
+    number of observations, the learning rate drops tenfold (to settle the noisy iterates),
+    and the fit stops at the next such plateau at least 200 steps later. Pyro parameters live
+    in the guide module (``module_local_params``), never in Pyro's global store, and all
+    randomness comes from a private torch RNG state seeded by ``seed``: the same data and seed
+    give the same model.
 
     ``topology`` is needed only when a run places its jobs on different devices (its
     :meth:`~interplace.topology.Topology.domains` decide which resources they share). ``device``
