@@ -12,6 +12,7 @@ import pytest
 
 from interplace.datasets import CoLocationData, contention_speed, synthetic, validate_runs
 from interplace.errors import InputError
+from interplace.topology import Topology, load
 
 
 @pytest.fixture(scope="module")
@@ -204,3 +205,305 @@ def test_bad_arguments(kwargs: dict[str, Any], message: str) -> None:
     args: dict[str, Any] = {"n_jobs": 3, "seed": 0} | kwargs
     with pytest.raises(InputError, match=message):
         synthetic(**args)
+
+
+# --- Cross-GPU co-location ------------------------------------------------------------------
+
+P4D_SHARED = ("pcie_h2d", "pcie_d2h", "host_cpu")  # GPUs behind one p4d PCIe switch share these
+
+
+@pytest.fixture(scope="module")
+def p4d() -> Topology:
+    return load("p4d")
+
+
+@pytest.fixture(scope="module")
+def cross(p4d: Topology) -> CoLocationData:
+    return synthetic(8, seed=0, topology=p4d, cross_gpu=0.5, missing_frac=0.0)
+
+
+def _cross_runs(data: CoLocationData) -> set[str]:
+    n_dev = data.runs.groupby("run_id")["device"].nunique()
+    return set(n_dev[n_dev > 1].index)
+
+
+# Pinned from the generator before cross_gpu existed: (devices, number of samples, and sums and
+# last values of throughput, sample value, t_s and scale). cross_gpu=0 must reproduce them,
+# i.e. draw the same numbers in the same order. The floats are compared to 1e-9 relative, so
+# the last-ulp differences between NumPy's SIMD exp/log builds cannot fail it, while a shifted
+# draw (an O(1) change) would.
+_PINNED: list[tuple[dict[str, Any], tuple[Any, ...]]] = [
+    (
+        {"n_jobs": 6, "seed": 3},
+        ("|".join(["0"] * 48), 2907, 9038.730086138916, 3026102632988.385,
+         28078.815244763333, 450.75186683509264, 115.07385213591195, 4705645431.400894),
+    ),
+    (
+        {"n_jobs": 5, "seed": 7, "gpus": 3, "pairs": "distinct", "samples_per_run": 4},
+        ("2|0|0|0|0|2|2|2|2|0|0|1|1|0|0|2|2|0|0|1|1|0|0|2|2", 326, 1236.8857238832998,
+         386343522302.7149, 337.3054239617275, 51.44237903632606, 54.97943984679653,
+         8653705254.344484),
+    ),
+    (
+        {"n_jobs": 4, "seed": 2, "topology": "p4d", "pairs": "random", "samples_per_run": 3},
+        ("4|3|2|4|6|6|7|7|6|6|7|7|6|6", 149, 1041.3064664534834, 134680284772.76541,
+         195.24895362859706, 19.706259944011457, 2.7040542005958135, 5021717459.67381),
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("kwargs", "pinned"), _PINNED)
+@pytest.mark.parametrize("explicit", [False, True])
+def test_default_output_unchanged(
+    kwargs: dict[str, Any], pinned: tuple[Any, ...], explicit: bool, p4d: Topology
+) -> None:
+    args = dict(kwargs)
+    if args.get("topology") == "p4d":
+        args["topology"] = p4d
+    if explicit:
+        args["cross_gpu"] = 0.0
+    data = synthetic(**args)
+    r, s = data.runs, data.samples
+    assert s is not None
+    got = (
+        "|".join(r["device"]),
+        len(s),
+        float(r["throughput"].sum()),
+        float(s["value"].sum()),
+        float(s["t_s"].sum()),
+        float(s["scale"].sum()),
+        float(r["throughput"].iloc[-1]),
+        float(s["value"].iloc[-1]),
+    )
+    assert got[:2] == pinned[:2]
+    np.testing.assert_allclose(got[2:], pinned[2:], rtol=1e-9)
+    assert not s["device"].isna().any()
+    assert data.name == f"synthetic(n_jobs={args['n_jobs']}, seed={args['seed']})"
+
+
+def test_cross_gpu_zero_is_the_plain_call(p4d: Topology) -> None:
+    a = synthetic(5, seed=4, topology=p4d)
+    b = synthetic(5, seed=4, topology=p4d, cross_gpu=0.0)
+    assert a.samples is not None and b.samples is not None
+    pd.testing.assert_frame_equal(a.runs, b.runs)
+    pd.testing.assert_frame_equal(a.samples, b.samples)
+    assert _cross_runs(b) == set()
+
+
+def test_cross_gpu_rows_and_speeds(cross: CoLocationData) -> None:
+    truth = cross.truth
+    assert truth is not None
+    res = truth["resources"]
+    demand, sens = truth["demand"], truth["sensitivity"]
+    index = {n: i for i, n in enumerate(truth["jobs"])}
+    runs = cross.runs.assign(speed=truth["speed"], shared=truth["shared"])
+    moved = _cross_runs(cross)
+    n_pairs = int((cross.run_sizes() == 2).sum())
+    assert 0 < len(moved) < n_pairs  # 20 of 36 for this seed
+    for rid, g in runs.groupby("run_id"):
+        if len(g) == 1:
+            assert g["shared"].tolist() == [()]
+            continue
+        if rid not in moved:
+            assert g["shared"].tolist() == [res, res]
+            continue
+        a, b = g["device"].tolist()
+        assert a != b
+        assert g["host"].nunique() == 1
+        assert int(a) // 4 == int(b) // 4  # one half of p4d: one socket's PCIe tree
+        assert g["shared"].tolist() == [P4D_SHARED, P4D_SHARED]
+        mask = np.array([r in P4D_SHARED for r in res])
+        j, k = (index[n] for n in g["job"])
+        for me, other, v in ((j, k, g["speed"].iloc[0]), (k, j, g["speed"].iloc[1])):
+            load_me = demand[me] + np.where(mask, demand[other], 0.0)
+            assert v == contention_speed(demand[me], sens[me], load_me)
+    # Sharing less can only help: a cross-GPU pair runs at least as fast as the same pair on
+    # one GPU (the speed is monotone in the load).
+    for rid in moved:
+        g = runs.loc[runs["run_id"] == rid]
+        j, k = (index[n] for n in g["job"])
+        load = demand[j] + demand[k]
+        assert g["speed"].iloc[0] >= contention_speed(demand[j], sens[j], load)
+
+
+def test_cross_gpu_samples(cross: CoLocationData) -> None:
+    truth = cross.truth
+    assert truth is not None and cross.samples is not None
+    t = truth["samples"]
+    assert len(t) == len(cross.samples)  # missing_frac=0
+    res = list(truth["resources"])
+    demand = truth["demand"]
+    index = {n: i for i, n in enumerate(truth["jobs"])}
+    full = {"gpu_util_pct": 100.0, "mem_util_pct": 100.0, "host_cpu_busy_pct": 100.0}
+    full |= {"pcie_rx_kbps": truth["pcie_link_kbps"], "pcie_tx_kbps": truth["pcie_link_kbps"]}
+    full["instructions"] = truth["instructions_per_s"]
+    resource_of = {
+        "gpu_util_pct": "gpu_compute",
+        "mem_util_pct": "gpu_membw",
+        "pcie_rx_kbps": "pcie_h2d",
+        "pcie_tx_kbps": "pcie_d2h",
+        "host_cpu_busy_pct": "host_cpu",
+        "instructions": "host_cpu",
+    }
+    moved = _cross_runs(cross)
+    for rid in moved:
+        rows = cross.runs.loc[cross.runs["run_id"] == rid]
+        job_on = dict(zip(rows["device"], (index[n] for n in rows["job"]), strict=True))
+        host = rows["host"].iloc[0]
+        s = t.loc[t["run_id"] == rid]
+        assert (s["host"] == host).all()
+        for (metric, dev), grp in s.groupby(["metric", "device"], dropna=False):
+            i = res.index(resource_of[str(metric)])
+            assert len(grp) == 20
+            if resource_of[str(metric)] == "host_cpu":
+                assert pd.isna(dev)  # host-wide: once per run, no device
+                u = min(1.0, sum(demand[j, i] for j in rows["job"].map(index)))
+            else:
+                u = min(1.0, demand[job_on[dev], i])  # this GPU's own job only
+            np.testing.assert_allclose(grp["true_value"], u * full[str(metric)], rtol=1e-12)
+        per_dev = s.loc[s["device"].notna()].groupby("device")["metric"].nunique()
+        assert per_dev.to_dict() == {d: 4 for d in job_on}
+        assert s.loc[s["device"].isna(), "metric"].nunique() == 2
+    # Observed samples carry the same device/host; host-wide rows have no device.
+    obs = cross.samples.merge(t[["sample_id", "device", "host"]], on="sample_id")
+    assert (obs["device_x"].isna() == obs["device_y"].isna()).all()
+    assert (obs["device_x"].dropna() == obs["device_y"].dropna()).all()
+    assert (obs["host_x"] == obs["host_y"]).all()
+    same_gpu = ~cross.samples["run_id"].isin(moved)
+    assert cross.samples.loc[same_gpu, "device"].notna().all()
+
+
+def test_cross_gpu_leaves_same_gpu_rows_alone(p4d: Topology, cross: CoLocationData) -> None:
+    # The cross placement has its own generator: every row that stays on one GPU is exactly the
+    # row the plain call gives, and the jobs' truth is the same.
+    plain = synthetic(8, seed=0, topology=p4d, missing_frac=0.0)
+    assert plain.truth is not None and cross.truth is not None
+    np.testing.assert_array_equal(plain.truth["demand"], cross.truth["demand"])
+    stay = ~cross.runs["run_id"].isin(_cross_runs(cross)).to_numpy()
+    pd.testing.assert_frame_equal(plain.runs.loc[stay], cross.runs.loc[stay])
+    np.testing.assert_array_equal(plain.truth["speed"][stay], cross.truth["speed"][stay])
+
+
+def test_cross_gpu_fraction(p4d: Topology) -> None:
+    data = synthetic(20, seed=1, topology=p4d, cross_gpu=0.3, samples_per_run=0)
+    n = int((data.run_sizes() == 2).sum())
+    share = len(_cross_runs(data)) / n
+    assert abs(share - 0.3) < 5 * np.sqrt(0.3 * 0.7 / n)  # binomial, 5 standard errors
+    every = synthetic(5, seed=1, topology=p4d, cross_gpu=1.0, samples_per_run=0)
+    assert len(_cross_runs(every)) == int((every.run_sizes() == 2).sum())  # self-pairs too
+
+
+def test_cross_gpu_is_deterministic(p4d: Topology) -> None:
+    a = synthetic(6, seed=5, topology=p4d, cross_gpu=0.5, samples_per_run=3)
+    b = synthetic(6, seed=5, topology=p4d, cross_gpu=0.5, samples_per_run=3)
+    c = synthetic(6, seed=6, topology=p4d, cross_gpu=0.5, samples_per_run=3)
+    assert a.samples is not None and b.samples is not None
+    pd.testing.assert_frame_equal(a.runs, b.runs)
+    pd.testing.assert_frame_equal(a.samples, b.samples)
+    assert a.truth is not None and b.truth is not None
+    assert a.truth["shared"] == b.truth["shared"]
+    pd.testing.assert_frame_equal(a.truth["samples"], b.truth["samples"])
+    assert _cross_runs(a) != _cross_runs(c)
+    assert a.name == "synthetic(n_jobs=6, seed=5, cross_gpu=0.5)"
+
+
+@dataclass(frozen=True)
+class _KindDomain:
+    name: str
+    kind: str
+    gpus: tuple[str, ...]
+
+
+class _OneSwitch:
+    """Two GPUs behind one PCIe switch, with no socket domain: they share only the PCIe link."""
+
+    def gpus(self) -> list[str]:
+        return ["0", "1"]
+
+    def domains(self, gpus: Iterable[str]) -> list[Any]:
+        ids = tuple(gpus)
+        return [_KindDomain(f"gpu:{g}", "gpu", (g,)) for g in ids] + [
+            _KindDomain("uplink:sw0", "pcie_uplink", ids)
+        ]
+
+
+class _SocketOnly:
+    """Two GPUs on one socket but under separate host bridges: nothing PCIe is shared."""
+
+    def gpus(self) -> list[str]:
+        return ["0", "1"]
+
+    def domains(self, gpus: Iterable[str]) -> list[Any]:
+        return [_KindDomain("socket:0", "socket", tuple(gpus))]
+
+
+def test_pcie_only_sharing() -> None:
+    data = synthetic(6, seed=2, topology=_OneSwitch(), cross_gpu=1.0, pairs="distinct")
+    truth = data.truth
+    assert truth is not None
+    res = truth["resources"]
+    pcie = [r in ("pcie_h2d", "pcie_d2h") for r in res]
+    demand, sens = truth["demand"], truth["sensitivity"]
+    index = {n: i for i, n in enumerate(truth["jobs"])}
+    pair = data.run_sizes().reindex(data.runs["run_id"]).to_numpy() == 2
+    assert all(s == ("pcie_h2d", "pcie_d2h") for s in np.array(truth["shared"], object)[pair])
+    for pos in np.flatnonzero(pair):
+        rid = data.runs["run_id"].iloc[pos]
+        j, k = (index[n] for n in data.runs.loc[data.runs["run_id"] == rid, "job"])
+        me = index[data.runs["job"].iloc[pos]]
+        other = k if me == j else j
+        # Only the PCIe factors of the speed are left; compute and host are not shared.
+        idx = np.flatnonzero(pcie)
+        expected = contention_speed(
+            demand[me, idx], sens[me, idx], demand[me, idx] + demand[other, idx]
+        )
+        assert truth["speed"][pos] == pytest.approx(expected, rel=1e-12)
+
+
+def test_compute_only_jobs_on_two_gpus_run_at_full_speed(p4d: Topology) -> None:
+    # Jobs that use only the GPU itself: on one GPU they slow each other down, on two GPUs
+    # behind one PCIe switch nothing they use is shared, so every speed is exactly 1.
+    only = ("gpu_compute", "gpu_membw")
+    apart = synthetic(6, seed=0, topology=p4d, cross_gpu=1.0, resources=only)
+    together = synthetic(6, seed=0, topology=p4d, resources=only)
+    assert apart.truth is not None and together.truth is not None
+    assert (apart.truth["speed"] == 1.0).all()
+    assert all(s == () for s in apart.truth["shared"])
+    assert (together.truth["speed"] < 1.0).any()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"cross_gpu": -0.1}, r"cross_gpu must be a probability in \[0, 1\]"),
+        ({"cross_gpu": 1.5}, r"cross_gpu must be a probability in \[0, 1\]"),
+        ({"cross_gpu": float("nan")}, r"cross_gpu must be a probability in \[0, 1\]"),
+        ({"cross_gpu": True}, r"cross_gpu must be a probability in \[0, 1\]"),
+        ({"cross_gpu": 0.5}, "cross_gpu > 0 needs a topology"),
+        ({"cross_gpu": 0.5, "gpus": 4}, "cross_gpu > 0 needs a topology"),
+        (
+            {"cross_gpu": 0.5, "topology": _FakeTopology()},
+            "no two GPUs of the topology share a PCIe uplink or host bridge",
+        ),
+        (
+            {"cross_gpu": 0.5, "topology": _SocketOnly()},
+            "no two GPUs of the topology share a PCIe uplink or host bridge",
+        ),
+    ],
+)
+def test_bad_cross_gpu(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        synthetic(3, seed=0, **kwargs)
+
+
+def test_single_gpu_topology_has_no_cross_pair() -> None:
+    class OneGpu:
+        def gpus(self) -> list[str]:
+            return ["0"]
+
+        def domains(self, gpus: Iterable[str]) -> list[Any]:
+            return [_KindDomain(f"gpu:{g}", "gpu", (g,)) for g in gpus]
+
+    assert len(synthetic(3, seed=0, topology=OneGpu(), cross_gpu=0.0).runs) == 3 + 2 * 6
+    with pytest.raises(InputError, match="no two GPUs"):
+        synthetic(3, seed=0, topology=OneGpu(), cross_gpu=0.1)

@@ -5,8 +5,12 @@ The runs table
 One row per job instance per run. Required columns:
 
 ``run_id`` (str)
-    Rows that share a ``run_id`` ran at the same time on the same GPU. A run of one row is the
-    job alone (an *isolated* run); the same job may appear twice in one run (two instances).
+    Rows that share a ``run_id`` ran at the same time: on the same GPU, unless an optional
+    ``device`` column puts them on different GPUs of one machine (then they share only what
+    the topology's contention domains say, such as a PCIe switch uplink). A run of one row is
+    the job alone (an *isolated* run); the same job may appear twice in one run (two
+    instances). :meth:`CoLocationData.pairs` pairs the two rows of a two-row run whatever
+    their devices.
 ``job`` (str)
     The job (model, batch size, ...) as a name.
 ``throughput`` (float)

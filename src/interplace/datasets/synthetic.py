@@ -13,9 +13,10 @@ Jobs :math:`j = 1..J` and resources :math:`r = 1..R` (by default ``gpu_compute``
   for the others.
 * Isolated throughput :math:`T_j \sim \mathrm{LogUniform}(1, 1000)`.
 
-A run is a set :math:`C` of job instances sharing one GPU (one instance: isolated; the same job
-may appear twice). The load on resource :math:`r` is :math:`L_r = \sum_{k \in C} d_{kr}` and the
-true speed of instance :math:`j` (see :func:`contention_speed`) is
+A run is a set :math:`C` of job instances (one instance: isolated; the same job may appear
+twice). When they share one GPU the load on resource :math:`r` is
+:math:`L_r = \sum_{k \in C} d_{kr}` and the true speed of instance :math:`j` (see
+:func:`contention_speed`) is
 
 .. math:: v_j = \prod_r \frac{1}{1 + s_{jr}\, d_{jr}\, \max(0, L_r - 1)} \in (0, 1].
 
@@ -26,11 +27,26 @@ time slicing halves both. The observed throughput is
 :math:`T_j\, v_j\, \varepsilon`, :math:`\log \varepsilon \sim \mathcal N(0, \sigma_v^2)`
 (``noise_speed``); isolated runs have :math:`v_j = 1`.
 
+*Cross-GPU pairs.* With ``cross_gpu`` :math:`p > 0` (which needs a ``topology``) each pair run
+is, independently with probability :math:`p`, placed on two *different* GPUs :math:`a \ne b`
+of one host that share a PCIe uplink or a host bridge, drawn uniformly among the ordered such
+GPU pairs (the first instance goes on :math:`a`). The pair then contends only for the
+resources :math:`S_{ab}` of the domains that contain both GPUs (those of
+``topology.domains([a, b])`` with both in ``gpus``): ``pcie_uplink`` and ``host_bridge`` ->
+``pcie_h2d``, ``pcie_d2h``; ``socket`` -> ``host_cpu``; other kinds -> nothing (restricted to
+``resources``), the same table as :data:`interplace.model.DOMAIN_RESOURCES`. Instance
+:math:`j` next to :math:`k` sees the load :math:`L_{jr} = d_{jr} + [r \in S_{ab}]\, d_{kr}`
+and runs at speed :math:`v_j` above with :math:`L_{jr}` for :math:`L_r`. Same-GPU pairs share
+every resource; their speeds are unchanged. The extra draws come from a second generator,
+``np.random.default_rng([seed, 1])``, so ``cross_gpu=0`` (the default) gives exactly the data
+of a call without it.
+
 Runs: every job alone (``"iso/<job>"``), then pairs (``"pair/<a>/<b>"``): ``pairs="all"``
 every unordered pair *including self-pairs* (two instances of one job), :math:`J(J+1)/2` runs;
 ``"distinct"`` without self-pairs, :math:`J(J-1)/2`; ``"random"`` each pair of ``"all"`` kept
 independently with probability 1/2; ``"none"`` no pairs. Each run is placed on a GPU drawn
-uniformly (``device`` column); GPU ``i`` of ``gpus`` sits on host ``"h<i>"``.
+uniformly (``device`` column); GPU ``i`` of ``gpus`` sits on host ``"h<i>"``. The rows of a
+cross-GPU pair each name their own GPU in ``device``, and their common host in ``host``.
 
 Samples (``samples_per_run`` per run and metric, one every second): the true utilisation
 :math:`u_r = \min(1, L_r)` gives the true counter values
@@ -41,6 +57,11 @@ Samples (``samples_per_run`` per run and metric, one every second): the true uti
 - ``pcie_d2h`` -> ``pcie_tx_kbps`` (the GPU transmits) = :math:`u \cdot` :data:`PCIE_LINK_KBPS`
 - ``host_cpu`` -> ``host_cpu_busy_pct`` = :math:`100 u` and ``instructions`` =
   :math:`u \cdot` :data:`INSTRUCTIONS_PER_S`
+
+A cross-GPU pair has its GPU metrics (the first four) once per GPU, with that GPU's
+``device``, from its own job alone: :math:`u_r = \min(1, d_{jr})` (a GPU's PCIe counters count
+its own link); and its host metrics once per run with ``device`` missing (NaN), from both
+jobs of the host: :math:`u = \min(1, d_{j,\mathrm{cpu}} + d_{k,\mathrm{cpu}})`.
 
 Observed value = true value + :math:`\mathcal N(0, \sigma_m^2)` with the per-metric
 :math:`\sigma_m` of :data:`DEFAULT_NOISE_METRIC` (override with ``noise_metric``); values are not
@@ -56,15 +77,17 @@ observed ``t_s`` = :math:`k + o_h + \mathcal N(0, 0.02^2)` for the :math:`k`-th 
 ``truth`` holds: ``jobs`` (names, the order of all arrays), ``resources``, ``demand`` and
 ``sensitivity`` (arrays of shape ``(J, R)``), ``isolated_throughput`` (``(J,)``),
 ``noise_speed``, ``noise_metric`` (metric -> sigma), ``clock_offset_s`` (host -> offset),
-``t_jitter_s``, ``speed`` (true speed of every runs row, in row order), ``samples`` (every
-generated sample before dropping: ``sample_id``, ``run_id``, ``host``, ``device``, ``metric``,
-``t_true_s``, ``true_value``, ``dropped``; the observed samples carry the same ``sample_id``)
-and the constants ``pcie_link_kbps`` and ``instructions_per_s``.
+``t_jitter_s``, ``speed`` (true speed of every runs row, in row order), ``shared`` (a list
+with, for every runs row in row order, the tuple of resources it contends for with its
+co-runner, in ``resources`` order: all of them for a same-GPU pair, :math:`S_{ab}` for a
+cross-GPU pair, ``()`` for an isolated run), ``cross_gpu`` (the probability asked for),
+``samples`` (every generated sample before dropping: ``sample_id``, ``run_id``, ``host``,
+``device``, ``metric``, ``t_true_s``, ``true_value``, ``dropped``; the observed samples carry
+the same ``sample_id``) and the constants ``pcie_link_kbps`` and ``instructions_per_s``.
 
-Only same-GPU co-location is generated. A ``topology`` (any :class:`DomainSource`, such as a
-:class:`~interplace.topology.Topology`) only supplies the GPU ids runs are placed on (hosts
-``"n<k>"`` for ids ``"n<k>:<i>"``, else ``"h0"``); contention between co-runners on different
-GPUs behind one PCIe uplink is not modelled yet.
+A ``topology`` (any :class:`DomainSource`, such as a :class:`~interplace.topology.Topology`)
+supplies the GPU ids runs are placed on (hosts ``"n<k>"`` for ids ``"n<k>:<i>"``, else
+``"h0"``) and, for ``cross_gpu``, the contention domains that GPU pairs share.
 
 >>> data = synthetic(3, seed=0)
 >>> len(data.run_sizes()), int(data.run_sizes().eq(2).sum())  # 3 alone + 6 pairs
@@ -130,6 +153,15 @@ DEFAULT_NOISE_METRIC: dict[str, float] = {
 """Default standard deviation of the Gaussian noise on each metric, in the metric's unit."""
 
 _PERF = frozenset({"instructions"})
+_HOST_RESOURCES = frozenset({"host_cpu"})
+"""Resources whose metrics are host-wide (emitted once per run, not per GPU)."""
+_KIND_RESOURCES: dict[str, tuple[str, ...]] = {
+    "pcie_uplink": ("pcie_h2d", "pcie_d2h"),
+    "host_bridge": ("pcie_h2d", "pcie_d2h"),
+    "socket": ("host_cpu",),
+}
+"""Resources two GPUs contend for through a shared domain of each kind (by ``str(kind)``)."""
+_CROSS_KINDS = frozenset({"pcie_uplink", "host_bridge"})
 _PAIRS = ("all", "distinct", "random", "none")
 _T_JITTER_S = 0.02
 _FloatArray = np.ndarray[Any, np.dtype[np.float64]]
@@ -139,7 +171,9 @@ _FloatArray = np.ndarray[Any, np.dtype[np.float64]]
 class DomainSource(Protocol):
     """What :func:`synthetic` needs of a topology (a :class:`~interplace.topology.Topology` fits).
 
-    ``domains`` returns objects with ``.name`` and ``.gpus``; the generator uses only ``gpus``.
+    ``domains`` returns objects with ``.name``, ``.kind`` and ``.gpus``. The generator calls it
+    only for ``cross_gpu > 0``, on pairs of GPUs of one host, and reads ``kind`` (compared as a
+    string: ``"pcie_uplink"``, ``"host_bridge"``, ``"socket"``...) and ``gpus``.
     """
 
     def gpus(self) -> list[str]:
@@ -215,6 +249,30 @@ def _check_args(
         raise InputError(f"unknown resource {unknown[0]!r} (known: {', '.join(RESOURCES)})")
 
 
+def _cross_pairs(
+    topology: DomainSource, gpu_ids: list[str], gpu_hosts: list[str], resources: tuple[str, ...]
+) -> list[tuple[int, int, tuple[str, ...]]]:
+    """Ordered GPU index pairs of one host sharing a PCIe uplink or host bridge, and what they
+    share (in ``resources`` order)."""
+    out: list[tuple[int, int, tuple[str, ...]]] = []
+    for a in range(len(gpu_ids)):
+        for b in range(a + 1, len(gpu_ids)):
+            if gpu_hosts[a] != gpu_hosts[b] or gpu_ids[a] == gpu_ids[b]:
+                continue
+            both = {gpu_ids[a], gpu_ids[b]}
+            kinds = {
+                str(getattr(d, "kind", ""))
+                for d in topology.domains([gpu_ids[a], gpu_ids[b]])
+                if {str(g) for g in getattr(d, "gpus", ())} >= both
+            }
+            if not kinds & _CROSS_KINDS:
+                continue
+            found = {r for k in kinds for r in _KIND_RESOURCES.get(k, ())}
+            shared = tuple(r for r in resources if r in found)
+            out += [(a, b, shared), (b, a, shared)]
+    return out
+
+
 def _placement(gpus: int, topology: DomainSource | None) -> tuple[list[str], list[str]]:
     """GPU ids and the host of each."""
     if topology is None:
@@ -235,6 +293,7 @@ def synthetic(
     *,
     gpus: int = 1,
     topology: DomainSource | None = None,
+    cross_gpu: float = 0.0,
     pairs: str = "all",
     noise_speed: float = 0.03,
     noise_metric: dict[str, float] | None = None,
@@ -247,9 +306,13 @@ def synthetic(
     """Draw a :class:`~interplace.datasets.runs.CoLocationData` with ``truth`` filled.
 
     See the module docstring for the generative story and the contents of ``truth``. All
-    randomness comes from ``np.random.default_rng(seed)``: the same arguments give identical
-    tables. ``samples_per_run=0`` gives no samples (``samples`` is None). With a ``topology``,
-    ``gpus`` is ignored and runs are placed on the topology's GPUs.
+    randomness comes from ``np.random.default_rng(seed)`` (and, for ``cross_gpu > 0``,
+    ``np.random.default_rng([seed, 1])``): the same arguments give identical tables.
+    ``samples_per_run=0`` gives no samples (``samples`` is None). With a ``topology``, ``gpus``
+    is ignored and runs are placed on the topology's GPUs. ``cross_gpu`` in [0, 1] is the
+    probability that a pair run is placed on two different GPUs that share a PCIe uplink or host
+    bridge, so the pair contends only for what those GPUs share; it needs a ``topology`` with
+    such a GPU pair.
 
     >>> a = synthetic(4, seed=1, pairs="distinct", samples_per_run=2)
     >>> b = synthetic(4, seed=1, pairs="distinct", samples_per_run=2)
@@ -259,6 +322,27 @@ def synthetic(
     Traceback (most recent call last):
     ...
     interplace.errors.InputError: unknown resource 'gpu_flops' (known: gpu_compute, ...)
+
+    Cross-GPU pairs on a two-GPU machine whose GPUs share only a PCIe switch (any object with
+    ``gpus()`` and ``domains()`` does as a topology; a real one comes from
+    :func:`interplace.topology.load`):
+
+    >>> from collections import namedtuple
+    >>> Domain = namedtuple("Domain", "name kind gpus")
+    >>> class OneSwitch:
+    ...     def gpus(self):
+    ...         return ["0", "1"]
+    ...     def domains(self, gpus):
+    ...         return [Domain("uplink:sw0", "pcie_uplink", ("0", "1"))]
+    >>> d = synthetic(2, seed=0, topology=OneSwitch(), cross_gpu=1.0, pairs="distinct")
+    >>> d.runs[["run_id", "device"]].values.tolist()
+    [['iso/job0', '1'], ['iso/job1', '1'], ['pair/job0/job1', '1'], ['pair/job0/job1', '0']]
+    >>> d.truth["shared"]
+    [(), (), ('pcie_h2d', 'pcie_d2h'), ('pcie_h2d', 'pcie_d2h')]
+    >>> synthetic(2, seed=0, cross_gpu=0.5)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: cross_gpu > 0 needs a topology to tell which GPUs share a ...
     """
     _check_args(
         n_jobs,
@@ -283,7 +367,23 @@ def synthetic(
         if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
             raise InputError(f"noise_metric[{m!r}] must be a finite number >= 0, not {v!r}")
         sigma[m] = float(v)
+    if isinstance(cross_gpu, bool) or not (
+        isinstance(cross_gpu, int | float) and 0 <= cross_gpu <= 1
+    ):
+        raise InputError(f"cross_gpu must be a probability in [0, 1], not {cross_gpu!r}")
     gpu_ids, gpu_hosts = _placement(gpus, topology)
+    cross_cand: list[tuple[int, int, tuple[str, ...]]] = []
+    if cross_gpu > 0:
+        if topology is None:
+            raise InputError(
+                "cross_gpu > 0 needs a topology to tell which GPUs share a PCIe uplink or host "
+                "bridge"
+            )
+        cross_cand = _cross_pairs(topology, gpu_ids, gpu_hosts, tuple(resources))
+        if not cross_cand:
+            raise InputError(
+                "cross_gpu > 0, but no two GPUs of the topology share a PCIe uplink or host bridge"
+            )
     rng = np.random.default_rng(seed)
     n_res = len(resources)
 
@@ -313,28 +413,54 @@ def synthetic(
                 run_ids.append(f"pair/{names[j]}/{names[k]}")
     n_runs = len(members)
     gpu_of_run = rng.integers(0, len(gpu_ids), size=n_runs)
+    # Cross-GPU placement (its own generator, so cross_gpu=0 leaves every draw above as is):
+    # run index -> (GPU of the first instance, GPU of the second, shared resources).
+    cross: dict[int, tuple[int, int, tuple[str, ...]]] = {}
+    if cross_gpu > 0:
+        xrng = np.random.default_rng([int(seed), 1])
+        n_pair_runs = n_runs - n_jobs
+        moved = xrng.random(n_pair_runs) < cross_gpu
+        pick = xrng.integers(0, len(cross_cand), size=n_pair_runs)
+        for i in np.flatnonzero(moved).tolist():
+            cross[n_jobs + i] = cross_cand[int(pick[i])]
+    all_res = tuple(resources)
     rows_run: list[int] = []
     rows_job: list[int] = []
+    rows_gpu: list[int] = []
+    rows_shared: list[tuple[str, ...]] = []
     speeds: list[float] = []
     loads = np.empty((n_runs, n_res))
     for r, members_r in enumerate(members):
         load = demand[list(members_r)].sum(axis=0)
         loads[r] = load
+        if r in cross:
+            gpu_a, gpu_b, shared = cross[r]
+            mask = np.array([res in shared for res in resources])
+            j, k = members_r
+            for me, other, g in ((j, k, gpu_a), (k, j, gpu_b)):
+                own = demand[me] + np.where(mask, demand[other], 0.0)
+                rows_run.append(r)
+                rows_job.append(me)
+                rows_gpu.append(g)
+                rows_shared.append(shared)
+                speeds.append(contention_speed(demand[me], sensitivity[me], own))
+            continue
         for j in members_r:
             rows_run.append(r)
             rows_job.append(j)
+            rows_gpu.append(int(gpu_of_run[r]))
+            rows_shared.append(all_res if len(members_r) > 1 else ())
             speeds.append(contention_speed(demand[j], sensitivity[j], load))
     speed = np.asarray(speeds)
     job_idx = np.asarray(rows_job)
-    run_idx = np.asarray(rows_run)
     noise = np.exp(rng.normal(0.0, noise_speed, size=speed.size))
     runs = pd.DataFrame(
         {
             "run_id": [run_ids[r] for r in rows_run],
             "job": [names[j] for j in rows_job],
             "throughput": isolated[job_idx] * speed * noise,
-            "device": [gpu_ids[g] for g in gpu_of_run[run_idx]],
-            "host": [gpu_hosts[g] for g in gpu_of_run[run_idx]],
+            "device": [gpu_ids[g] for g in rows_gpu],
+            "host": [gpu_hosts[g] for g in rows_gpu],
         }
     )
 
@@ -356,36 +482,73 @@ def synthetic(
         "clock_offset_s": offset_of,
         "t_jitter_s": _T_JITTER_S,
         "speed": speed,
+        "shared": rows_shared,
+        "cross_gpu": float(cross_gpu),
         "pcie_link_kbps": PCIE_LINK_KBPS,
         "instructions_per_s": INSTRUCTIONS_PER_S,
     }
     samples = None
     if samples_per_run > 0:
+        units = _sample_units(
+            members, loads, demand, resources, gpu_of_run, cross, gpu_ids, gpu_hosts
+        )
         samples, truth["samples"] = _samples(
             rng,
             run_ids,
-            loads,
-            resources,
-            gpu_of_run,
-            gpu_ids,
-            gpu_hosts,
+            units,
             offset_of,
             sigma,
             samples_per_run,
             missing_frac,
             multiplex_frac,
         )
-    return CoLocationData(runs, samples, f"synthetic(n_jobs={n_jobs}, seed={seed})", truth)
+    name = f"synthetic(n_jobs={n_jobs}, seed={seed}"
+    name += f", cross_gpu={cross_gpu})" if cross_gpu > 0 else ")"
+    return CoLocationData(runs, samples, name, truth)
+
+
+_Unit = tuple[int, str, str | None, str, float]
+"""One sample stream: run index, metric, device (None: host-wide), host, true utilisation."""
+
+
+def _sample_units(
+    members: list[tuple[int, ...]],
+    loads: _FloatArray,
+    demand: _FloatArray,
+    resources: tuple[str, ...],
+    gpu_of_run: np.ndarray[Any, np.dtype[np.int64]],
+    cross: dict[int, tuple[int, int, tuple[str, ...]]],
+    gpu_ids: list[str],
+    gpu_hosts: list[str],
+) -> list[_Unit]:
+    """Every (run, metric, device) sample stream with its true utilisation, in output order.
+
+    Run by run, metric by metric (``resources`` order). A same-GPU run has one stream per metric
+    on its GPU, ``u = min(1, L_r)``; a cross-GPU pair has each GPU metric once per GPU
+    from that GPU's job alone and each host metric once with no device, from both jobs.
+    """
+    util = np.minimum(1.0, loads)  # (runs, R)
+    cols = [(i, m) for i, r in enumerate(resources) for m in RESOURCES[r]]
+    units: list[_Unit] = []
+    for r in range(len(members)):
+        if r not in cross:
+            g = int(gpu_of_run[r])
+            units += [(r, m, gpu_ids[g], gpu_hosts[g], float(util[r, i])) for i, m in cols]
+            continue
+        gpu_a, gpu_b, _ = cross[r]
+        for i, m in cols:
+            if resources[i] in _HOST_RESOURCES:
+                units.append((r, m, None, gpu_hosts[gpu_a], float(util[r, i])))
+                continue
+            for j, g in zip(members[r], (gpu_a, gpu_b), strict=True):
+                units.append((r, m, gpu_ids[g], gpu_hosts[g], float(min(1.0, demand[j, i]))))
+    return units
 
 
 def _samples(
     rng: np.random.Generator,
     run_ids: list[str],
-    loads: _FloatArray,
-    resources: tuple[str, ...],
-    gpu_of_run: np.ndarray[Any, np.dtype[np.int64]],
-    gpu_ids: list[str],
-    gpu_hosts: list[str],
+    units: list[_Unit],
     offset_of: dict[str, float],
     sigma: dict[str, float],
     per_run: int,
@@ -393,27 +556,23 @@ def _samples(
     multiplex_frac: float,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Observed samples and the truth table of every generated sample (module docstring)."""
-    util = np.minimum(1.0, loads)  # (runs, R)
-    cols = [(i, m) for i, r in enumerate(resources) for m in RESOURCES[r]]
-    n_runs, n_m = len(run_ids), len(cols)
-    # Index grid: run, metric, k (sample number), flattened in that order.
-    run_g, m_g, k_g = (
-        a.reshape(-1)
-        for a in np.meshgrid(np.arange(n_runs), np.arange(n_m), np.arange(per_run), indexing="ij")
+    # Index grid: stream (run, metric[, device]), k (sample number), flattened in that order.
+    u_g, k_g = (
+        a.reshape(-1) for a in np.meshgrid(np.arange(len(units)), np.arange(per_run), indexing="ij")
     )
-    metric_names = np.array([m for _, m in cols], dtype=object)[m_g]
-    res_idx = np.array([i for i, _ in cols])[m_g]
-    full = np.array([_FULL[m] for _, m in cols])[m_g]
-    true_value = util[run_g, res_idx] * full
-    sd = np.array([sigma[m] for _, m in cols])[m_g]
+    unit_metric = [u[1] for u in units]
+    metric_names = np.array(unit_metric, dtype=object)[u_g]
+    full = np.array([_FULL[m] for m in unit_metric])[u_g]
+    true_value = np.array([u[4] for u in units])[u_g] * full
+    sd = np.array([sigma[m] for m in unit_metric])[u_g]
     observed = true_value + rng.normal(0.0, 1.0, size=true_value.size) * sd
-    perf = np.array([m in _PERF for _, m in cols])[m_g]
+    perf = np.array([m in _PERF for m in unit_metric])[u_g]
     multiplexed = perf & (rng.random(true_value.size) < multiplex_frac)
     running = rng.uniform(0.2, 1.0, size=true_value.size)
     scale = np.where(perf, np.where(multiplexed, running, 1.0), np.nan)
     observed = np.where(multiplexed, observed * running, observed)
-    host = np.array([gpu_hosts[g] for g in gpu_of_run], dtype=object)[run_g]
-    device = np.array([gpu_ids[g] for g in gpu_of_run], dtype=object)[run_g]
+    host = np.array([u[3] for u in units], dtype=object)[u_g]
+    device = np.array([u[2] for u in units], dtype=object)[u_g]
     t_true = k_g.astype(np.float64)
     t_obs = (
         t_true
@@ -422,7 +581,7 @@ def _samples(
     )
     dropped = rng.random(true_value.size) < missing_frac
     sample_id = np.arange(true_value.size)
-    rid = np.array(run_ids, dtype=object)[run_g]
+    rid = np.array([run_ids[u[0]] for u in units], dtype=object)[u_g]
     truth = pd.DataFrame(
         {
             "sample_id": sample_id,
