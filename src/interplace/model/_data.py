@@ -136,6 +136,13 @@ class Counters:
     def __len__(self) -> int:
         return int(self.metric.shape[0])
 
+    def solo(self, n_jobs: int) -> list[tuple[int, int]]:
+        """``(group, job)`` of every group measured on one job instance alone."""
+        if not len(self):
+            return []
+        alone = self.members[:, :n_jobs].sum(1) == 1
+        return [(int(g), int(np.argmax(self.members[g, :n_jobs]))) for g in np.flatnonzero(alone)]
+
 
 def _device_of(runs: pd.DataFrame) -> list[str]:
     if "device" not in runs.columns:
@@ -222,8 +229,12 @@ def counters_from_samples(
     data: CoLocationData,
     jobs: Sequence[str],
     full_scale: Mapping[str, float] | None = None,
+    resources: Sequence[str] | None = None,
 ) -> Counters:
     """Group ``data.samples`` into per (run, device, metric) sufficient statistics.
+
+    Only metrics of :data:`METRIC_RESOURCE` whose resource is in ``resources`` (default: any)
+    are read.
 
     ``full_scale`` overrides :data:`METRIC_FULL_SCALE` per metric. Runs whose jobs are not all
     in ``jobs`` are an error. Without samples (or without any known metric) the result is empty.
@@ -250,7 +261,8 @@ def counters_from_samples(
     samples = data.samples
     if samples is None or len(samples) == 0:
         return empty
-    s = samples.loc[samples["metric"].isin(list(METRIC_RESOURCE))]
+    known = [m for m, r in METRIC_RESOURCE.items() if resources is None or r in resources]
+    s = samples.loc[samples["metric"].isin(known)]
     value = pd.to_numeric(s["value"], errors="coerce").to_numpy(dtype=float)
     if "scale" in s.columns:
         scale = pd.to_numeric(s["scale"], errors="coerce").to_numpy(dtype=float)

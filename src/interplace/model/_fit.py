@@ -68,9 +68,7 @@ def _initial_demand(
     rng = np.random.default_rng(seed)
     init = hyper.demand_loc + 0.5 * rng.standard_normal((n_jobs, len(resources)))
     res_index = {r: i for i, r in enumerate(resources)}
-    alone = (counters.members[:, :n_jobs].sum(1) == 1) if len(counters) else np.zeros(0, bool)
-    for g in np.flatnonzero(alone).tolist():
-        j = int(np.argmax(counters.members[g, :n_jobs]))
+    for g, j in counters.solo(n_jobs):
         r = res_index[METRIC_RESOURCE[counters.metrics[int(counters.metric[g])]]]
         init[j, r] = math.log(min(max(float(counters.mean[g]), 0.02), 0.95))
     return torch.as_tensor(init, dtype=torch.float64)
@@ -141,11 +139,7 @@ def fit(
         devices = [str(d) for d in data.runs["device"].dropna().unique().tolist()]
         share_of = share_table(topology, devices)
     obs = observations_from_runs(data, jobs, resources, share_of)
-    counters = counters_from_samples(data, jobs, full_scale)
-    unknown_res = sorted({METRIC_RESOURCE[m] for m in counters.metrics} - set(resources))
-    if unknown_res:
-        keep = [i for i, m in enumerate(counters.metrics) if METRIC_RESOURCE[m] in resources]
-        counters = _only_metrics(counters, keep)
+    counters = counters_from_samples(data, jobs, full_scale, resources)
     if len(obs) == 0 and len(counters) == 0:
         raise InputError(f"{data.name}: nothing to fit: no co-located run and no counter samples")
     tensors = _tensors(obs, counters, resources, dev)
@@ -225,10 +219,7 @@ def fit(
             }
     seconds = time.perf_counter() - start
     with_pairs = sorted({jobs[j] for j in obs.job.tolist()})
-    alone = counters.members[:, : len(jobs)].sum(1) == 1 if len(counters) else np.zeros(0, bool)
-    with_counters = sorted(
-        {jobs[int(np.argmax(counters.members[g, : len(jobs)]))] for g in np.flatnonzero(alone)}
-    )
+    with_counters = sorted({jobs[j] for _, j in counters.solo(len(jobs))})
     info = {
         "data": data.name,
         "seed": seed,
@@ -251,19 +242,4 @@ def fit(
         hyper=hyper,
         posterior=posterior,
         info=info,
-    )
-
-
-def _only_metrics(counters: Counters, keep: list[int]) -> Counters:
-    new_index = {old: new for new, old in enumerate(keep)}
-    rows = np.isin(counters.metric, keep)
-    return Counters(
-        members=counters.members[rows],
-        metric=np.asarray([new_index[int(m)] for m in counters.metric[rows]], dtype=np.int64),
-        n=counters.n[rows],
-        mean=counters.mean[rows],
-        ssd=counters.ssd[rows],
-        metrics=tuple(counters.metrics[i] for i in keep),
-        full_scale=tuple(counters.full_scale[i] for i in keep),
-        keys=tuple(k for k, r in zip(counters.keys, rows.tolist(), strict=True) if r),
     )
