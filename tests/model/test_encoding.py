@@ -175,3 +175,11 @@ def test_baselines_on_a_toy_split() -> None:
     assert b["per_job_mean"]["mae"] == pytest.approx((0.1 + 0.2) / 2)
     # util sum 120 -> 100/120 for both.
     assert b["util_sum"]["mae"] == pytest.approx((abs(0.6 - 5 / 6) + abs(0.9 - 5 / 6)) / 2)
+
+
+def test_fit_leaves_torch_thread_count_as_it_was() -> None:
+    from interplace.model import fit
+
+    before = torch.get_num_threads()
+    fit(synthetic(3, seed=0, samples_per_run=2), seed=0, steps=50, min_steps=50)
+    assert torch.get_num_threads() == before

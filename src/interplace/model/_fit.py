@@ -151,72 +151,76 @@ def fit(
     # The tensors are small: one intra-op thread is over 10x faster than a contended pool
     # (measured: a 67x5 @ 5x5 matmul takes 16 ms with 2 busy threads, 2 us with one).
     torch.set_num_threads(1)
-    with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
-        torch.manual_seed(seed)
-        with pyro.settings.context(module_local_params=True):
-            # Both modules are built under the setting, so their parameters stay local.
-            net = InterferenceNet(len(jobs), len(resources), len(counters.metrics), hyper)
-            guide = AutoNormal(
-                net,
-                init_loc_fn=init_to_value(
-                    values={
-                        "log_demand": init_demand,
-                        "demand_mu": torch.full_like(init_demand[0], hyper.demand_loc),
-                        "demand_sd": torch.full_like(
-                            init_demand[0], math.exp(hyper.demand_scale_loc)
-                        ),
-                        "sens_eps": torch.zeros_like(init_demand),
-                    },
-                    fallback=init_to_median(num_samples=15),
-                ),
-                init_scale=0.05,
-            )
-            # JitTrace_ELBO reads parameters from the global store, which module-local
-            # parameters bypass, so the plain ELBO it is.
-            elbo = Trace_ELBO(max_plate_nesting=2)
-            optim = pyro.optim.ClippedAdam({"lr": lr, "clip_norm": 10.0, "lrd": 0.1 ** (1 / steps)})
-            svi = SVI(net, guide, optim, elbo)
-            bar = tqdm(total=steps, desc="fit", unit="step", disable=not progress, leave=False)
-            scale = max(len(obs) + len(counters), 1)
-            prev = math.inf
-            annealed = False
-            anneal_until = steps
-            try:
-                for step in range(steps):
-                    loss = float(svi.step(*tensors))
-                    if not math.isfinite(loss):
-                        raise InputError(
-                            f"{data.name}: the fit diverged (ELBO loss {loss}) at step {step}; "
-                            "check the data for extreme values or lower --lr"
-                        )
-                    losses.append(loss)
-                    bar.update(1)
-                    if (step + 1) % _WINDOW == 0:
-                        cur = float(np.mean(losses[-_WINDOW:]))
-                        bar.set_postfix(loss=f"{cur / scale:.4f}")
-                        if step + 1 >= min_steps and prev - cur < rel_tol * scale:
-                            if not annealed:
-                                # First plateau: settle the noisy iterates at a tenth of the
-                                # learning rate for two more windows, then stop.
-                                annealed = True
-                                for opt in optim.optim_objs.values():
-                                    for group in opt.param_groups:
-                                        group["lr"] *= 0.1
-                                anneal_until = step + 1 + 2 * _WINDOW
-                            elif step + 1 >= anneal_until:
-                                stopped_early = step + 1 < steps
-                                break
-                        prev = cur
-            finally:
-                bar.close()
-                torch.set_num_threads(threads)
-            posterior = {
-                name: (
-                    getattr(guide.locs, name).detach().to("cpu", torch.float64).clone(),
-                    getattr(guide.scales, name).detach().to("cpu", torch.float64).clone(),
+    try:
+        with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
+            torch.manual_seed(seed)
+            with pyro.settings.context(module_local_params=True):
+                # Both modules are built under the setting, so their parameters stay local.
+                net = InterferenceNet(len(jobs), len(resources), len(counters.metrics), hyper)
+                guide = AutoNormal(
+                    net,
+                    init_loc_fn=init_to_value(
+                        values={
+                            "log_demand": init_demand,
+                            "demand_mu": torch.full_like(init_demand[0], hyper.demand_loc),
+                            "demand_sd": torch.full_like(
+                                init_demand[0], math.exp(hyper.demand_scale_loc)
+                            ),
+                            "sens_eps": torch.zeros_like(init_demand),
+                        },
+                        fallback=init_to_median(num_samples=15),
+                    ),
+                    init_scale=0.05,
                 )
-                for name in SITES
-            }
+                # JitTrace_ELBO reads parameters from the global store, which module-local
+                # parameters bypass, so the plain ELBO it is.
+                elbo = Trace_ELBO(max_plate_nesting=2)
+                optim = pyro.optim.ClippedAdam(
+                    {"lr": lr, "clip_norm": 10.0, "lrd": 0.1 ** (1 / steps)}
+                )
+                svi = SVI(net, guide, optim, elbo)
+                bar = tqdm(total=steps, desc="fit", unit="step", disable=not progress, leave=False)
+                scale = max(len(obs) + len(counters), 1)
+                prev = math.inf
+                annealed = False
+                anneal_until = steps
+                try:
+                    for step in range(steps):
+                        loss = float(svi.step(*tensors))
+                        if not math.isfinite(loss):
+                            raise InputError(
+                                f"{data.name}: the fit diverged (ELBO loss {loss}) at step {step}; "
+                                "check the data for extreme values or lower --lr"
+                            )
+                        losses.append(loss)
+                        bar.update(1)
+                        if (step + 1) % _WINDOW == 0:
+                            cur = float(np.mean(losses[-_WINDOW:]))
+                            bar.set_postfix(loss=f"{cur / scale:.4f}")
+                            if step + 1 >= min_steps and prev - cur < rel_tol * scale:
+                                if not annealed:
+                                    # First plateau: settle the noisy iterates at a tenth of the
+                                    # learning rate for two more windows, then stop.
+                                    annealed = True
+                                    for opt in optim.optim_objs.values():
+                                        for group in opt.param_groups:
+                                            group["lr"] *= 0.1
+                                    anneal_until = step + 1 + 2 * _WINDOW
+                                elif step + 1 >= anneal_until:
+                                    stopped_early = step + 1 < steps
+                                    break
+                            prev = cur
+                finally:
+                    bar.close()
+                posterior = {
+                    name: (
+                        getattr(guide.locs, name).detach().to("cpu", torch.float64).clone(),
+                        getattr(guide.scales, name).detach().to("cpu", torch.float64).clone(),
+                    )
+                    for name in SITES
+                }
+    finally:
+        torch.set_num_threads(threads)
     seconds = time.perf_counter() - start
     with_pairs = sorted({jobs[j] for j in obs.job.tolist()})
     with_counters = sorted({jobs[j] for _, j in counters.solo(len(jobs))})
