@@ -353,3 +353,26 @@ def test_bad_numbers_are_usage_errors_with_exit_2(
     assert out == ""
     assert err.splitlines()[-1].startswith(f"interplace {argv[0]}: error: ")
     assert message in err.splitlines()[-1]
+
+
+def test_fit_refuses_mixed_modes_and_fits_one_with_mode(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = []
+    for mode in ("timeslice", "mps"):
+        rows += [
+            (f"{mode}-a", "a", 10.0, mode),
+            (f"{mode}-b", "b", 5.0, mode),
+            (f"{mode}-a+b", "a", 5.0 if mode == "timeslice" else 8.0, mode),
+            (f"{mode}-a+b", "b", 2.5 if mode == "timeslice" else 4.0, mode),
+        ]
+    runs = tmp_path / "runs.csv"
+    pd.DataFrame(rows, columns=["run_id", "job", "throughput", "mode"]).to_csv(runs, index=False)
+    out = tmp_path / "model"
+    code = main(["fit", "--runs", str(runs), "--out", str(out), "--steps", "50", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and "mix sharing modes (mps, timeslice)" in err and err.count("\n") == 1
+    assert not out.exists()
+    argv = ["fit", "--runs", str(runs), "--out", str(out), "--steps", "50", "--quiet"]
+    assert main([*argv, "--mode", "mps"]) == 0
+    assert json.loads((out / "model.json").read_text())["info"]["mode"] == "mps"

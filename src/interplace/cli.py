@@ -280,6 +280,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         topology=topology,
         device=args.device,
         progress=sys.stderr.isatty() and not args.quiet,
+        mode=args.mode,
     )
     model.save(out)
     info = model.info
@@ -389,6 +390,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         steps=args.steps,
         topology=topology,
         progress=sys.stderr.isatty() and not args.quiet,
+        mode=args.mode,
     )
     text = json.dumps(result, indent=2) + "\n"
     if out is not None:
@@ -419,6 +421,11 @@ def _add_fit_args(p: argparse.ArgumentParser) -> None:
         "--topology",
         metavar="FILE_OR_BUILTIN",
         help="topology of the runs' devices (needed when a run spans devices)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=["timeslice", "mps"],
+        help="use only the runs of this sharing mode (needed when the runs mix both)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 

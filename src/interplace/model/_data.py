@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from interplace.datasets.runs import CoLocationData
+from interplace.datasets.runs import MODES, CoLocationData
 from interplace.errors import InputError
 
 __all__ = [
@@ -43,6 +43,8 @@ __all__ = [
     "Observations",
     "counters_from_samples",
     "observations_from_runs",
+    "select_mode",
+    "subset_runs",
 ]
 
 DEFAULT_RESOURCES: tuple[str, ...] = (
@@ -142,6 +144,55 @@ class Counters:
             return []
         alone = self.members[:, :n_jobs].sum(1) == 1
         return [(int(g), int(np.argmax(self.members[g, :n_jobs]))) for g in np.flatnonzero(alone)]
+
+
+def subset_runs(data: CoLocationData, keep_runs: set[str], name: str) -> CoLocationData:
+    """The runs (and their samples) of ``data`` whose ``run_id`` is in ``keep_runs``."""
+    runs = data.runs.loc[data.runs["run_id"].astype(str).isin(keep_runs)].reset_index(drop=True)
+    samples = None
+    if data.samples is not None:
+        s = data.samples
+        samples = s.loc[s["run_id"].astype(str).isin(keep_runs)].reset_index(drop=True)
+    return CoLocationData(runs, samples, name)
+
+
+def select_mode(data: CoLocationData, mode: str | None) -> CoLocationData:
+    """The runs of one sharing ``mode`` (``timeslice`` or ``mps``), or ``data`` unchanged.
+
+    Time slicing and MPS contend so differently that one model must not mix them: data whose
+    ``mode`` column holds both is refused unless ``mode`` picks one. Runs with no recorded
+    mode are kept either way.
+
+    >>> runs = pd.DataFrame({"run_id": ["a", "b"], "job": ["x", "x"], "throughput": [1.0, 1.0],
+    ...                      "mode": ["mps", "timeslice"]})
+    >>> select_mode(CoLocationData(runs, None, "t"), "mps").runs["run_id"].tolist()
+    ['a']
+    >>> select_mode(CoLocationData(runs, None, "t"), None)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: t: runs mix sharing modes (mps, timeslice); fit one model ...
+    """
+    if mode is not None and mode not in MODES:
+        raise InputError(f"mode must be one of {', '.join(sorted(MODES))}, not {mode!r}")
+    if "mode" not in data.runs.columns:
+        if mode is not None:
+            raise InputError(f"{data.name}: runs have no mode column to select {mode!r} from")
+        return data
+    col = data.runs["mode"]
+    present = sorted({str(m) for m in col.dropna().tolist()})
+    if mode is None:
+        if len(present) > 1:
+            raise InputError(
+                f"{data.name}: runs mix sharing modes ({', '.join(present)}); fit one model "
+                "per mode (--mode)"
+            )
+        return data
+    if mode not in present:
+        raise InputError(
+            f"{data.name}: no run has mode {mode!r} (modes present: {', '.join(present) or 'none'})"
+        )
+    keep = set(data.runs.loc[col.isna() | col.eq(mode), "run_id"].astype(str))
+    return subset_runs(data, keep, f"{data.name} ({mode})")
 
 
 def _device_of(runs: pd.DataFrame) -> list[str]:

@@ -11,6 +11,7 @@ import pandas as pd
 
 from interplace.datasets.runs import CoLocationData
 from interplace.errors import InputError
+from interplace.model._data import select_mode, subset_runs
 from interplace.model._fit import fit
 from interplace.model._fitted import InterferenceModel, Query
 from interplace.topology import Topology
@@ -55,15 +56,6 @@ def colocated_rows(data: CoLocationData) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["run_id", "job", "co_runner", "speed"])
 
 
-def _subset(data: CoLocationData, keep_runs: set[str], name: str) -> CoLocationData:
-    runs = data.runs.loc[data.runs["run_id"].astype(str).isin(keep_runs)].reset_index(drop=True)
-    samples = None
-    if data.samples is not None:
-        s = data.samples
-        samples = s.loc[s["run_id"].astype(str).isin(keep_runs)].reset_index(drop=True)
-    return CoLocationData(runs, samples, name)
-
-
 def _colocated_runs(data: CoLocationData) -> list[str]:
     size = data.run_sizes()
     return sorted(str(r) for r in size.index[size >= 2])
@@ -93,7 +85,7 @@ def holdout_split(
     keep = set(data.runs["run_id"].astype(str)) - out
     rows = colocated_rows(data)
     test = rows.loc[rows["run_id"].isin(out)].reset_index(drop=True)
-    return _subset(data, keep, f"{data.name} (train)"), test
+    return subset_runs(data, keep, f"{data.name} (train)"), test
 
 
 def cold_split(
@@ -125,7 +117,7 @@ def cold_split(
     test = rows.loc[rows["run_id"].isin(runs_with)].reset_index(drop=True)
     if len(test) == len(rows):
         raise InputError(f"{data.name}: holding out {cold_jobs} jobs leaves no co-located run")
-    return _subset(data, keep, f"{data.name} (train)"), test, cold
+    return subset_runs(data, keep, f"{data.name} (train)"), test, cold
 
 
 def solo_gpu_util(data: CoLocationData) -> pd.Series:
@@ -206,14 +198,17 @@ def evaluate(
     topology: Topology | None = None,
     progress: bool = False,
     fit_kwargs: dict[str, Any] | None = None,
+    mode: str | None = None,
 ) -> dict[str, Any]:
     """Fit on a seeded split of ``data`` and score held-out speeds against the baselines.
 
     ``cold_jobs`` (when given) holds out every co-located run of that many jobs; otherwise
     ``holdout_frac`` of the co-located runs are held out. The result is JSON-ready: the split,
     the model's MAE / coverage / width and fit time, each baseline's MAE, and the ratio of the
-    model's MAE to the best available baseline.
+    model's MAE to the best available baseline. ``mode`` selects one sharing mode first
+    (:func:`~interplace.model._data.select_mode`).
     """
+    data = select_mode(data, mode)
     if cold_jobs is not None:
         train, test, cold = cold_split(data, cold_jobs=cold_jobs, seed=seed)
         split: dict[str, Any] = {"kind": "cold_start", "cold_jobs": cold}

@@ -24,6 +24,7 @@ from interplace.model._data import (
     Observations,
     counters_from_samples,
     observations_from_runs,
+    select_mode,
 )
 from interplace.model._fitted import InterferenceModel
 from interplace.model._net import SITES, Hyper, InterferenceNet
@@ -96,6 +97,7 @@ def fit(
     min_steps: int = 600,
     rel_tol: float = 1e-3,
     progress: bool = False,
+    mode: str | None = None,
 ) -> InterferenceModel:
     """Fit the interference model of :mod:`interplace.model` to ``data`` by SVI.
 
@@ -108,6 +110,9 @@ def fit(
     in the guide module (``module_local_params``), never in Pyro's global store, and all
     randomness comes from a private torch RNG state seeded by ``seed``: the same data and seed
     give the same model.
+
+    ``mode`` picks the runs of one sharing mode (:func:`~interplace.model._data.select_mode`):
+    data that mixes ``timeslice`` and ``mps`` runs is refused without it.
 
     ``topology`` is needed only when a run places its jobs on different devices (its
     :meth:`~interplace.topology.Topology.domains` decide which resources they share). ``device``
@@ -133,6 +138,7 @@ def fit(
         raise InputError(f"resources must be distinct and at least one, not {resources!r}")
     hyper = hyper or Hyper()
     dev = _check_device(device)
+    data = select_mode(data, mode)
     jobs = tuple(sorted(data.runs["job"].astype(str).unique().tolist()))
     share_of = None
     if topology is not None and "device" in data.runs.columns:
@@ -237,6 +243,7 @@ def fit(
         "jobs_with_pairs": with_pairs,
         "jobs_with_isolated_counters": with_counters,
         "device": str(dev),
+        "mode": mode,
     }
     return InterferenceModel(
         jobs=jobs,
