@@ -249,7 +249,7 @@ def test_a_tensor_of_the_wrong_shape_is_refused(
 # ------------------------------------------------------------------------- model.json
 
 
-@pytest.mark.parametrize("version", [FORMAT_VERSION + 1, 0, "1", None])
+@pytest.mark.parametrize("version", [FORMAT_VERSION + 1, FORMAT_VERSION - 1, 0, "1", None])
 def test_another_format_version_is_refused(saved: Path, version: object) -> None:
     _edit_meta(saved, lambda m: m.update(format_version=version))
     with pytest.raises(InputError, match=rf"model format version {version!r}; this interplace"):

@@ -21,16 +21,32 @@ own demand so that a job known only from its isolated counters still gets one (c
     a_r \sim \mathcal N(0, 1.5^2),\; b_r \sim \mathcal N(0.5, 0.5^2),\;
     \tau_r \sim \mathrm{LogNormal}(\log 0.5, 0.5),\; \epsilon_{jr} \sim \mathcal N(0, 1).
 
+*Pressure.* What counters read and what contends differ: NVML utilisation is the fraction
+of time a GPU (or its memory controller) is busy, not the share of its capacity a job takes,
+and jobs at the same utilisation press on a resource differently (in Lucid's data,
+MobileNetV3 at batch 128 reads 100% GPU utilisation alone and leaves its partners at 0.91 of
+their speed on average; DCGAN at batch 128 reads 94% and leaves them at 0.72). So the
+pressure job :math:`j` puts
+on :math:`r` is its demand times a job-specific intensity around 1,
+
+.. math::
+    p_{jr} = d_{jr}\, e^{\eta_{jr}}, \quad \eta_{jr} \sim \mathcal N(0, \varsigma_r^2),
+    \quad \varsigma_r \sim \mathrm{LogNormal}(\log 0.3, 0.5).
+
+Counters see :math:`d`; contention sees :math:`p`. A job known only from its isolated
+counters gets its pressure with the population's spread of intensities, which keeps a cold
+prediction from trusting a high utilisation reading as a saturated resource.
+
 *Contention.* In a co-location, the load that job :math:`j`'s co-runners put on resource
-:math:`r` is :math:`L_{jr} = \sum_{k} \mathrm{share}_{jkr}\, d_{kr}`, where
+:math:`r` is :math:`L_{jr} = \sum_{k} \mathrm{share}_{jkr}\, p_{kr}`, where
 :math:`\mathrm{share}_{jkr} = 1` when :math:`j` and :math:`k` contend for :math:`r`: always on
 one GPU, and across GPUs as the topology's shared domains say (:data:`DOMAIN_RESOURCES`:
 GPUs behind one PCIe switch share its uplink, GPUs of one socket its host). The true speed
 (co-located over isolated throughput) is
 
 .. math::
-    v_j = \prod_r \frac{1}{1 + s_{jr}\,\bigl[\mathrm{sp}(d_{jr} + L_{jr} - \theta_r)
-          - \mathrm{sp}(d_{jr} - \theta_r)\bigr]}, \qquad
+    v_j = \prod_r \frac{1}{1 + s_{jr}\,\bigl[\mathrm{sp}(p_{jr} + L_{jr} - \theta_r)
+          - \mathrm{sp}(p_{jr} - \theta_r)\bigr]}, \qquad
     \theta_r \sim \mathrm{LogNormal}(0, 0.3^2),
 
 with :math:`\mathrm{sp}(x) = \log(1 + e^{\kappa x}) / \kappa` a smooth :math:`\max(0, x)`
@@ -39,7 +55,7 @@ the co-runners add above capacity :math:`\theta_r`. So :math:`v_j \in (0, 1]`; i
 co-runner; it never rises when a co-runner is added (every term is non-negative and grows with
 :math:`L`); it stays near 1 for a job that barely uses the contended resources or for
 co-runners that leave the resource under capacity ("almost no interference"); and two jobs
-that each saturate the GPU (:math:`d = \theta = s = 1`) get :math:`1/2` each, three get
+that each saturate the GPU (:math:`p = \theta = s = 1`) get :math:`1/2` each, three get
 :math:`1/3` ("time-slicing halves both").
 
 *Speed measurements.* A measured speed divides a co-located throughput by the job's
@@ -87,8 +103,8 @@ What it answers
   proposed co-locations (:class:`Query`, any number of co-runners) at once; mean, quantiles and
   draws. :meth:`InterferenceModel.predict` for one.
 - Cold start: a job with only an isolated run (and its counters) in the fit data gets
-  predictions for any co-location, through its counter-informed demand and the sensitivity
-  regression.
+  predictions for any co-location, through its counter-informed demand, the population's
+  spread of intensities and the sensitivity regression.
 - :meth:`InterferenceModel.utilisation`: the posterior true utilisation behind each run's
   counters (denoised counters).
 - :meth:`InterferenceModel.save` / :meth:`InterferenceModel.load`: safetensors + JSON, never

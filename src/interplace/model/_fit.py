@@ -173,6 +173,7 @@ def fit(
                                 init_demand[0], math.exp(hyper.demand_scale_loc)
                             ),
                             "sens_eps": torch.zeros_like(init_demand),
+                            "log_intensity": torch.zeros_like(init_demand),
                         },
                         fallback=init_to_median(num_samples=15),
                     ),

@@ -34,8 +34,11 @@ __all__ = [
     "SpeedPosterior",
 ]
 
-FORMAT_VERSION = 1
-"""Version of the saved model directory layout (``model.json`` + ``posterior.safetensors``)."""
+FORMAT_VERSION = 2
+"""Version of the saved model directory layout (``model.json`` + ``posterior.safetensors``).
+
+Version 2 added the intensity sites (``log_intensity``, ``intensity_sd``); version 1 models
+are refused (refit them)."""
 
 _META = "model.json"
 _WEIGHTS = "posterior.safetensors"
@@ -161,6 +164,8 @@ class InterferenceModel:
             "metric_noise": (n_met,),
             "iso_bias": (n_jobs,),
             "iso_bias_scale": (),
+            "log_intensity": (n_jobs, n_res),
+            "intensity_sd": (n_res,),
         }
         if set(self.posterior) != set(SITES):
             raise InputError(
@@ -270,7 +275,7 @@ class InterferenceModel:
         """
         qs = list(queries)
         d = self.draws(num_samples, seed)
-        demand = d["log_demand"].exp()
+        pressure = (d["log_demand"] + d["log_intensity"]).exp()
         sens = sensitivity(
             d["log_demand"], d["sens_eps"], d["sens_loc"], d["sens_slope"], d["sens_scale"]
         )
@@ -287,7 +292,7 @@ class InterferenceModel:
             if not part:
                 break
             job, co, share = self._encode(part)
-            ls = log_speed(demand, sens, d["threshold"], job, co, share.to(torch.float64))
+            ls = log_speed(pressure, sens, d["threshold"], job, co, share.to(torch.float64))
             # Speeds are relative to the job's recorded isolated throughput, whose error
             # (beta_j) every speed of the job shares, alone or not.
             chunks.append(ls + d["iso_bias"].index_select(-1, job))

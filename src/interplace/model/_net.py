@@ -46,6 +46,8 @@ SITES: dict[str, str] = {
     "metric_noise": "positive",
     "iso_bias": "real",
     "iso_bias_scale": "positive",
+    "log_intensity": "real",
+    "intensity_sd": "positive",
 }
 """Latent sites and their support (``positive`` ones are exp of their unconstrained value)."""
 
@@ -71,6 +73,8 @@ class Hyper:
     speed_df: float = 4.0
     iso_bias_scale_loc: float = math.log(0.03)
     iso_bias_scale_scale: float = 0.5
+    intensity_sd_loc: float = math.log(0.3)
+    intensity_sd_scale: float = 0.5
 
     def __post_init__(self) -> None:
         for name, value in self.__dict__.items():
@@ -112,13 +116,14 @@ def log_speed(
 ) -> torch.Tensor:
     """Log speed of each queried job next to its co-runners, shape ``(..., N)``.
 
-    ``demand``, ``sens``: ``(..., J, R)``; ``threshold``: ``(..., R)``; ``job``: ``(N,)``;
+    ``demand``: the pressure :math:`p` (demand times intensity), ``sens``: ``(..., J, R)``;
+    ``threshold``: ``(..., R)``; ``job``: ``(N,)``;
     ``co``: ``(N, K)`` indices in ``0..J`` (``J`` = padding, zero demand); ``share``:
     ``(N, K, R)`` 0/1. Implements
 
-    .. math:: \\log v_n = -\\sum_r \\log\\bigl(1 + s_{jr}\\, [\\,\\mathrm{sp}(d_{jr} + L_{nr}
-              - \\theta_r) - \\mathrm{sp}(d_{jr} - \\theta_r)\\,]\\bigr),
-              \\quad L_{nr} = \\sum_k \\mathrm{share}_{nkr}\\, d_{c_{nk} r}.
+    .. math:: \\log v_n = -\\sum_r \\log\\bigl(1 + s_{jr}\\, [\\,\\mathrm{sp}(p_{jr} + L_{nr}
+              - \\theta_r) - \\mathrm{sp}(p_{jr} - \\theta_r)\\,]\\bigr),
+              \\quad L_{nr} = \\sum_k \\mathrm{share}_{nkr}\\, p_{c_{nk} r}.
     """
     batch = demand.shape[:-2]
     n_res = demand.shape[-1]
@@ -198,9 +203,15 @@ class InterferenceNet(PyroModule):
             demand_sd = pyro.sample(
                 "demand_sd", dist.LogNormal(c(h.demand_scale_loc), c(h.demand_scale_scale))
             )
+            intensity_sd = pyro.sample(
+                "intensity_sd", dist.LogNormal(c(h.intensity_sd_loc), c(h.intensity_sd_scale))
+            )
             with pyro.plate("jobs", self.n_jobs, dim=-2):
                 log_demand = pyro.sample("log_demand", dist.Normal(demand_mu, demand_sd))
                 sens_eps = pyro.sample("sens_eps", dist.Normal(c(0.0), c(1.0)))
+                # Capacity taken per unit of counter-read demand: NVML utilisation is a
+                # busy-time fraction, not a capacity share, and the ratio differs by job.
+                log_intensity = pyro.sample("log_intensity", dist.Normal(c(0.0), intensity_sd))
         iso_bias_scale = pyro.sample(
             "iso_bias_scale",
             dist.LogNormal(c(h.iso_bias_scale_loc), c(h.iso_bias_scale_scale)),
@@ -217,7 +228,8 @@ class InterferenceNet(PyroModule):
         demand = log_demand.exp()
         sens = sensitivity(log_demand, sens_eps, sens_loc, sens_slope, sens_scale)
         if job.shape[0] > 0:
-            loc = log_speed(demand, sens, threshold, job, co, share) + iso_bias.index_select(
+            pressure = (log_demand + log_intensity).exp()
+            loc = log_speed(pressure, sens, threshold, job, co, share) + iso_bias.index_select(
                 -1, job
             )
             with pyro.plate("observations", job.shape[0], dim=-1):
