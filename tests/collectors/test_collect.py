@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import importlib
+import os
+import signal
 import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from interplace.collectors.collect import collect
+from interplace.collectors.collect import Terminated, collect
 from interplace.collectors.host import HostSampler
+from interplace.collectors.sampler import partial_path, read_partial
 from interplace.collectors.table import read_samples
 from interplace.errors import InputError
+
+# the module, not the function of the same name that interplace.collectors exports
+collect_module = importlib.import_module("interplace.collectors.collect")
 
 pytestmark = pytest.mark.skipif(not Path("/proc/stat").exists(), reason="needs Linux /proc")
 
@@ -57,3 +68,121 @@ def test_bad_commands(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="empty"):
         collect([], tmp_path / "s.csv")
     assert not (tmp_path / "s.csv").exists()
+
+
+_WAITS = """
+import pathlib, sys, time
+pathlib.Path(sys.argv[1]).write_text(str(__import__("os").getpid()))
+time.sleep(30)
+"""
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, dead but not yet reaped, counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _kill_self_once(ready: Callable[[], bool], times: int = 1) -> threading.Thread:
+    """SIGTERM this process ``times`` times once ``ready()``."""
+
+    def run() -> None:
+        deadline = time.monotonic() + 10.0
+        while not ready() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for _ in range(times):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+@pytest.fixture
+def sigterm_guard() -> Iterator[list[int]]:
+    """A SIGTERM handler of our own for the test: records instead of killing pytest.
+
+    collect() must replace it while it runs and put it back afterwards.
+    """
+    got: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+    try:
+        yield got
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.mark.parametrize("ext", [".parquet", ".csv"])
+def test_sigterm_stops_the_command_and_keeps_the_samples(
+        tmp_path: Path, ext: str, sigterm_guard: list[int]) -> None:
+    out, pid_file = tmp_path / f"s{ext}", tmp_path / "pid"
+    before = signal.getsignal(signal.SIGTERM)
+    killer = _kill_self_once(pid_file.exists)
+    start = time.monotonic()
+    try:
+        r = collect([sys.executable, "-c", _WAITS, str(pid_file)], out, interval_s=0.02,
+                    backends=[HostSampler()], term_grace_s=2.0)
+    finally:
+        killer.join()  # no signal may come after the guard is gone
+    assert time.monotonic() - start < 5.0
+    assert sigterm_guard == []  # our handler was replaced while collect() ran ...
+    assert signal.getsignal(signal.SIGTERM) is before  # ... and is back
+    assert r.terminated and r.stopped and r.returncode == -signal.SIGTERM
+    assert not _alive(int(pid_file.read_text()))
+    df = read_samples(out)  # committed: everything sampled up to the signal
+    assert r.summary.rows == len(df) > 0
+    assert not partial_path(out).exists()
+
+
+def test_second_sigterm_raises_and_leaves_a_readable_partial(
+        tmp_path: Path, sigterm_guard: list[int]) -> None:
+    out, pid_file = tmp_path / "s.parquet", tmp_path / "pid"
+
+    stuck = threading.Event()
+
+    class Stuck(HostSampler):
+        """Sampling that hangs (a wedged driver call) once the command is up."""
+
+        def read(self, index: int) -> dict[str, float]:
+            if pid_file.exists():
+                stuck.set()
+                time.sleep(5.0)  # the first SIGTERM cannot end this; the second one's raise does
+            return super().read(index)
+
+    killer = _kill_self_once(stuck.is_set, times=2)
+    start = time.monotonic()
+    try:
+        with pytest.raises(Terminated):
+            collect([sys.executable, "-c", _WAITS, str(pid_file)], out, interval_s=0.02,
+                    backends=[Stuck()], chunk_rows=1)
+    finally:
+        killer.join()
+    assert time.monotonic() - start < 4.0
+    assert sigterm_guard == []
+    assert not _alive(int(pid_file.read_text()))
+    assert not out.exists()
+    assert len(read_partial(out)) > 0
+
+
+@pytest.mark.parametrize(("out_name", "kw", "msg"), [
+    ("nodir/s.csv", {}, "output directory does not exist"),
+    ("s.txt", {}, "unknown sample-table extension '.txt'"),
+    ("isdir.csv", {}, "is a directory, not a file"),
+    ("s.csv", {"interval_s": 0.0}, "interval must be a positive"),
+    ("s.csv", {"run_id": ""}, "run id must not be empty"),
+])
+def test_bad_output_or_arguments_are_refused_before_the_command_starts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, out_name: str, kw: dict[str, Any],
+        msg: str) -> None:
+    (tmp_path / "isdir.csv").mkdir()
+    started: list[object] = []
+    monkeypatch.setattr(collect_module.subprocess, "Popen",
+                        lambda *a, **k: started.append(a))
+    with pytest.raises(InputError, match=msg):
+        collect(["sh", "-c", "echo STARTED"], tmp_path / out_name, backends=[HostSampler()],
+                **kw)
+    assert started == []

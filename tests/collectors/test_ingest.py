@@ -32,6 +32,18 @@ def test_every_fixture_is_covered() -> None:
     assert files == set(DETECTED) | {"nvsmi_query_noheader.csv"}
 
 
+def test_every_fixture_is_listed_in_the_readme_with_its_source() -> None:
+    readme = (FIXTURES / "README.md").read_text()
+    rows = [line for line in readme.splitlines() if line.startswith("| `")]
+    listed = {row.split("`")[1]: row for row in rows}
+    files = {p.name for p in FIXTURES.iterdir() if p.name != "README.md"}
+    assert files == set(listed)
+    for name, row in listed.items():
+        source = row.rsplit("|", 2)[-2]
+        assert "https://" in source or "same as `" in source, name
+        assert any(c.isdigit() for c in source), f"{name}: no tool version or date"
+
+
 def test_registry_holds_the_parse_functions() -> None:
     assert list(FORMATS) == ["prometheus", "dmon", "perf-stat", "nvsmi-query"]
     assert FORMATS["nvsmi-query"].parse is nvsmi_query.parse
@@ -70,6 +82,18 @@ def test_detection_refuses_garbage(garbage: str, tmp_path: Path) -> None:
     expected = f"cannot recognise the format of {p}: expected one of"
     with pytest.raises(InputError, match=re.escape(expected)):
         ingest(p)
+
+
+def test_headerless_query_csv_gets_a_hint() -> None:
+    with pytest.raises(InputError) as err:
+        ingest(FIXTURES / "nvsmi_query_noheader.csv")
+    message = str(err.value)
+    assert "\n" not in message
+    assert "give --format nvsmi-query --fields <the --query-gpu list>" in message
+    # other unrecognised text gets no such hint
+    with pytest.raises(InputError) as err:
+        detect_format("a,b,c\n1,2,3\n")
+    assert "--fields" not in str(err.value)
 
 
 def test_ingest_with_an_explicit_format_and_options() -> None:

@@ -39,6 +39,8 @@ class FakeNvml:
         self.calls: dict[str, int] = {}
         self.t_us = 1_000_000
         self.nvlink_kib = 0.0
+        self.pcie_tx_bytes = 5e9
+        self.pcie_rx_bytes = 6e9
         self.initialised = False
 
     def _call(self, h: int, fn: str) -> None:
@@ -85,8 +87,8 @@ class FakeNvml:
 
     def nvmlDeviceGetFieldValues(self, h: int, ids: list[tuple[int, int]]) -> list[Any]:
         self._call(h, "nvmlDeviceGetFieldValues")
-        vals = {pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: 5e9,
-                pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: 6e9,
+        vals = {pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: self.pcie_tx_bytes,
+                pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: self.pcie_rx_bytes,
                 pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: self.nvlink_kib,
                 pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: 2 * self.nvlink_kib}
         out = []
@@ -106,8 +108,11 @@ def test_pynvml_sampler_reads_every_metric() -> None:
         assert isinstance(gpus, GpuCounterBackend)
         assert gpus.device_count() == 2
         first = gpus.read(1)
-        nv.t_us += 500_000  # 0.5 s later NVLink has moved 1000 KiB tx, 2000 KiB rx
+        # 0.5 s later NVLink has moved 1000 KiB tx, 2000 KiB rx and PCIe 1e6 B tx, 3e6 B rx
+        nv.t_us += 500_000
         nv.nvlink_kib += 1000
+        nv.pcie_tx_bytes += 1e6
+        nv.pcie_rx_bytes += 3e6
         second = gpus.read(1)
     assert not nv.initialised
     assert first == {"gpu_util_pct": 51.0, "mem_util_pct": 21.0, "fb_used_bytes": 2000.0,
@@ -116,8 +121,36 @@ def test_pynvml_sampler_reads_every_metric() -> None:
     # KiB/s -> KB/s: 1000 KiB / 0.5 s = 2048 KB/s
     assert second["nvlink_tx_kbps"] == pytest.approx(2048.0)
     assert second["nvlink_rx_kbps"] == pytest.approx(4096.0)
-    assert "pcie_tx_kbps" not in second
+    # the byte counters give both totals and rates: 1e6 B / 0.5 s = 2000 KB/s (1 KB = 1000 B)
+    assert second["pcie_tx_bytes_total"] == 5e9 + 1e6
+    assert second["pcie_rx_bytes_total"] == 6e9 + 3e6
+    assert second["pcie_tx_kbps"] == pytest.approx(2000.0)
+    assert second["pcie_rx_kbps"] == pytest.approx(6000.0)
+    # the ~20 ms throughput call is not needed when the counters work
     assert nv.calls.get("nvmlDeviceGetPcieThroughput", 0) == 0
+    assert gpus.unsupported == frozenset()
+
+
+def test_pcie_rate_skips_a_counter_that_wrapped_or_a_stalled_clock() -> None:
+    nv = FakeNvml(n=1)
+    with PynvmlSampler(nv) as gpus:
+        gpus.read(0)
+        nv.t_us += 1_000_000
+        nv.pcie_tx_bytes = 1e3  # tx wrapped (or the driver reset it); rx moved on normally
+        nv.pcie_rx_bytes += 4e6
+        wrapped = gpus.read(0)
+        nv.t_us += 250_000
+        nv.pcie_tx_bytes += 5e5
+        nv.pcie_rx_bytes += 1e6
+        after = gpus.read(0)
+        stalled = gpus.read(0)  # same field timestamp: no time passed, no rate
+    assert wrapped["pcie_tx_bytes_total"] == 1e3 and "pcie_tx_kbps" not in wrapped
+    assert wrapped["pcie_rx_kbps"] == pytest.approx(4000.0)
+    # measured from the wrapped reading on: 5e5 B / 0.25 s = 2000 KB/s
+    assert after["pcie_tx_kbps"] == pytest.approx(2000.0)
+    assert after["pcie_rx_kbps"] == pytest.approx(4000.0)
+    assert "pcie_tx_kbps" not in stalled and "pcie_rx_kbps" not in stalled
+    assert stalled["pcie_rx_bytes_total"] == after["pcie_rx_bytes_total"]
     assert gpus.unsupported == frozenset()
 
 

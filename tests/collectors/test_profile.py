@@ -110,31 +110,36 @@ def test_mps_reason(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- profile() end to end
 
 
-def test_profile_builtins_alone_and_in_pairs(tmp_path: Path) -> None:
-    out = profile(parse_workloads("launch:8,gemm:16"), tmp_path / "prof", warmup_s=0.2,
-                  measure_s=0.5, device="cpu")
-    data = read_dir(out)
+def test_profile_alone_and_in_pairs(tmp_path: Path) -> None:
+    # Toy jobs keep this fast; the built-in workloads go through profile in
+    # tests/test_cli.py::test_profile_on_cpu_writes_a_runs_dataset and speak the protocol in
+    # test_workloads.py.
+    jobs = [_py("a", _TOY), _py("b", _TOY.replace("INTERPLACE_UNIT steps", "INTERPLACE_UNIT x"))]
+    result = profile(jobs, tmp_path / "prof", warmup_s=0.1, measure_s=0.2, device="cpu")
+    assert result.out == tmp_path / "prof" and result.runs == 5
+    assert result.unsupported == frozenset()
+    data = read_dir(result.out)
     runs = data.runs
     sizes = runs.groupby("run_id")["job"].size()
     assert (sizes == 1).sum() == 2 and (sizes == 2).sum() == 3
-    assert sorted(runs.loc[runs["run_id"] == "timeslice-launch-8+launch-8", "job"]) == \
-        ["launch-8", "launch-8"]
+    assert sorted(runs.loc[runs["run_id"] == "timeslice-a+a", "job"]) == ["a", "a"]
     assert (runs["throughput"] > 0).all()
-    assert set(runs["mode"]) == {"timeslice"} and set(runs["device"]) == {"cpu"}
-    assert dict(zip(runs["job"], runs["unit"], strict=True)) == {"launch-8": "kernels",
-                                                                 "gemm-16": "flop"}
+    # a CPU profile ran on no GPU: its device cells are missing; its samples are host-wide
+    assert set(runs["mode"]) == {"timeslice"} and runs["device"].isna().all()
+    assert dict(zip(runs["job"], runs["unit"], strict=True)) == {"a": "steps", "b": "x"}
     assert data.samples is not None
     assert set(data.samples["run_id"]) == set(runs["run_id"])
     assert "host_mem_used_bytes" in set(data.samples["metric"])
+    assert set(data.samples["device"]) == {"host"}
 
 
 def test_profile_user_job_from_json(tmp_path: Path) -> None:
     spec = tmp_path / "jobs.json"
     spec.write_text(json.dumps([{"name": "toy",
                                  "command": [sys.executable, "-c", _TOY, "{seconds}"]}]))
-    out = profile(parse_workloads(str(spec)), tmp_path / "o", warmup_s=0.2, measure_s=0.5,
-                  device="cpu", pairs=False)
-    runs = read_dir(out).runs
+    result = profile(parse_workloads(str(spec)), tmp_path / "o", warmup_s=0.2, measure_s=0.5,
+                     device="cpu", pairs=False)
+    runs = read_dir(result.out).runs
     assert runs["run_id"].tolist() == ["timeslice-toy"]
     assert runs["unit"].tolist() == ["steps"]
     # 10 ms sleeps: at most 100 steps/s; even a loaded 2-core VM manages well over 20
@@ -184,3 +189,60 @@ def test_mps_refused_without_daemon(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="unknown mode 'spatial'"):
         profile([_py("toy", _TOY)], tmp_path, modes=("spatial",), device="cpu")
     assert not (tmp_path / "runs.csv").exists()
+
+
+def _started(marker: Path) -> WorkloadSpec:
+    """A workload that leaves ``marker`` behind if it is ever started."""
+    return _py("m", f"open({str(marker)!r}, 'w').close()\n" + _TOY)
+
+
+def test_output_directory_is_checked_before_any_workload_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "runs.csv").write_text("old")
+    (tmp_path / "file").write_text("x")
+    for out, msg in [(tmp_path / "full", "already exists and is not empty"),
+                     (tmp_path / "file", "exists and is not a directory"),
+                     (tmp_path / "file" / "sub", "is not a directory")]:
+        with pytest.raises(InputError, match=msg):
+            profile([_started(marker)], out, warmup_s=0.1, measure_s=0.2, device="cpu",
+                    backends=[HostSampler()])
+        assert not marker.exists()
+    assert (tmp_path / "full" / "runs.csv").read_text() == "old"
+    # an existing empty directory is fine, and nested new directories are created
+    (tmp_path / "empty").mkdir()
+    for out in (tmp_path / "empty", tmp_path / "new" / "deeper"):
+        result = profile([_py("toy", _TOY)], out, warmup_s=0.1, measure_s=0.2, device="cpu",
+                         pairs=False, backends=[HostSampler()])
+        assert (result.out / "runs.csv").is_file()
+
+
+_ENV_TOY = """
+import os, sys
+with open(sys.argv[2], "w") as f:
+    f.write(os.environ.get("CUDA_DEVICE_ORDER", "") + " "
+            + os.environ.get("CUDA_VISIBLE_DEVICES", ""))
+""" + _TOY
+
+
+def test_cuda_runs_name_the_gpu_as_the_samples_do(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from interplace.collectors.nvml import ReplayGpuBackend
+
+    gpus = ReplayGpuBackend({"devices": [[{"temp_c": 40.0}] * 200, [{"temp_c": 50.0}] * 200],
+                             "unsupported": [[1, "pcie_tx_bytes_total"]]})
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")  # replaced: the runs' GPU is the one named
+    env_file = tmp_path / "env.txt"
+    job = WorkloadSpec("toy", (sys.executable, "-c", _ENV_TOY, "{seconds}", str(env_file)))
+    result = profile([job], tmp_path / "o", warmup_s=0.1, measure_s=0.2, device="cuda", gpu=1,
+                     pairs=False, backends=[gpus, HostSampler()])
+    data = read_dir(result.out)
+    assert data.runs["device"].tolist() == ["1"]
+    assert data.samples is not None
+    assert set(data.samples["device"]) == {"0", "1", "host"}
+    assert env_file.read_text() == "PCI_BUS_ID 1"
+    assert result.unsupported == frozenset({("1", "pcie_tx_bytes_total")})
+    with pytest.raises(InputError, match="no GPU 2: ReplayGpuBackend sees GPUs 0, 1"):
+        profile([job], tmp_path / "o2", device="cuda", gpu=2, backends=[gpus])
+    with pytest.raises(InputError, match="gpu must be a GPU index"):
+        profile([job], tmp_path / "o2", device="cuda", gpu=-1, backends=[gpus])

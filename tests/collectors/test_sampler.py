@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import threading
 from pathlib import Path
 from typing import Any
@@ -11,7 +14,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from interplace.collectors.nvml import ReplayGpuBackend
-from interplace.collectors.sampler import partial_path, sample
+from interplace.collectors.sampler import (
+    check_output_path,
+    partial_path,
+    read_partial,
+    sample,
+    unsupported_notes,
+)
 from interplace.collectors.table import read_samples
 from interplace.errors import InputError
 
@@ -147,9 +156,7 @@ def test_crash_keeps_partial_and_writes_no_output(tmp_path: Path, ext: str) -> N
     assert partial.name == f"s{ext}.partial"
     # chunks of 4, 4 flushed while running, the last 2 rows when the error came
     assert chunks == [4, 4, 2]
-    copy = tmp_path / f"copy{ext}"
-    copy.write_bytes(partial.read_bytes())
-    df = read_samples(copy)
+    df = read_partial(out)
     assert df["value"].tolist() == [float(k) for k in range(10)]
     # a clean run afterwards replaces the stale partial and leaves none
     _run(out, _replay(2))
@@ -177,3 +184,70 @@ def test_bad_arguments(tmp_path: Path, kw: dict[str, Any], msg: str) -> None:
     out = tmp_path / kw.pop("out_name", "s.csv")
     with pytest.raises(InputError, match=msg):
         sample([_replay(1)], out=out, host="n", **kw)
+
+
+_KILLED = """
+import os, signal, sys
+from interplace.collectors.nvml import ReplayGpuBackend
+from interplace.collectors.sampler import sample
+
+class Dying(ReplayGpuBackend):
+    def __init__(self):
+        super().__init__({"devices": [[{"temp_c": float(k)} for k in range(100)]]})
+        self.n = 0
+
+    def read(self, index):
+        self.n += 1
+        if self.n == 11:  # killed outright: no except, no finally, no flush
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().read(index)
+
+t = [0.0]
+def tick(s):
+    t[0] += s
+sample([Dying()], 0.1, out=sys.argv[1], chunk_rows=4, clock=lambda: t[0], sleep=tick,
+       host="n")
+"""
+
+
+@pytest.mark.parametrize("ext", [".parquet", ".csv"])
+def test_sigkill_loses_at_most_the_chunk_in_memory(tmp_path: Path, ext: str) -> None:
+    out = tmp_path / f"s{ext}"
+    proc = subprocess.run([sys.executable, "-c", _KILLED, str(out)], capture_output=True,
+                          timeout=60, check=False)
+    assert proc.returncode == -9, proc.stderr.decode()
+    assert not out.exists()
+    # chunks of 4: rows 0..7 were written before the kill, rows 8 and 9 were still in memory
+    df = read_partial(out)
+    assert df["value"].tolist() == [float(k) for k in range(8)]
+    assert set(df["host"]) == {"n"} and set(df["device"]) == {"0"}
+
+
+def test_read_partial_drops_a_csv_line_cut_short(tmp_path: Path) -> None:
+    out = tmp_path / "s.csv"
+    partial_path(out).write_text(textwrap.dedent("""\
+        t_s,host,device,metric,value
+        0.0,n,0,temp_c,40.0
+        0.1,n,0,temp_c,41.0
+        0.2,n,0,temp_c,4"""))
+    assert read_partial(out)["value"].tolist() == [40.0, 41.0]
+    with pytest.raises(InputError, match="no partial samples for"):
+        read_partial(tmp_path / "other.parquet")
+
+
+def test_output_path_is_checked(tmp_path: Path) -> None:
+    assert check_output_path(tmp_path / "s.CSV") == tmp_path / "s.CSV"
+    (tmp_path / "d.csv").mkdir()
+    with pytest.raises(InputError, match="is a directory, not a file"):
+        check_output_path(tmp_path / "d.csv")
+    (tmp_path / "f").write_text("")
+    with pytest.raises(InputError, match="output directory is not a directory"):
+        check_output_path(tmp_path / "f" / "s.csv")
+
+
+def test_unsupported_notes_name_each_device_once() -> None:
+    assert unsupported_notes(frozenset()) == []
+    assert unsupported_notes({("1", "power_mw"), ("0", "pcie_tx_bytes_total"),
+                              ("0", "pcie_rx_bytes_total")}) == [
+        "GPU 0 does not report pcie_rx_bytes_total, pcie_tx_bytes_total",
+        "GPU 1 does not report power_mw"]

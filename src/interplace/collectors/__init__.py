@@ -13,7 +13,7 @@
 - :mod:`~interplace.collectors.host`: host CPU busy % and memory from ``/proc``
   (:class:`HostSampler`).
 - :mod:`~interplace.collectors.sampler`: :func:`sample`, backends at a fixed interval into a
-  chunked, crash-safe table file.
+  chunked, crash-safe table file (:func:`read_partial` reads what a crash left).
 - :mod:`~interplace.collectors.collect`: :func:`collect`, run a command while sampling.
 
 Live perf collection is not implemented yet. This is the lowest layer: it imports nothing from
@@ -30,7 +30,7 @@ from interplace.collectors.nvml import (
     PynvmlSampler,
     ReplayGpuBackend,
 )
-from interplace.collectors.sampler import SampleSummary, partial_path, sample
+from interplace.collectors.sampler import SampleSummary, partial_path, read_partial, sample
 from interplace.collectors.table import (
     CANONICAL_METRICS,
     OPTIONAL_COLUMNS,
@@ -58,6 +58,7 @@ __all__ = [
     "detect_format",
     "ingest",
     "partial_path",
+    "read_partial",
     "read_samples",
     "sample",
     "validate_samples",

@@ -67,7 +67,8 @@ def detect_format(text: str, what: str = "the input") -> str:
     """The name of the first format in :data:`FORMATS` whose sniffer recognises ``text``.
 
     ``what`` names the input in the error message. Header-less ``nvidia-smi --query-gpu``
-    output is never recognised: name the format and pass ``fields``.
+    output is never recognised: name the format and pass ``fields``; the error says so when
+    the text looks like it (``interplace ingest --format nvsmi-query --fields ...``).
 
     >>> detect_format("1.001,123,,cycles,1000,100.00,,\\n")
     'perf-stat'
@@ -75,13 +76,23 @@ def detect_format(text: str, what: str = "the input") -> str:
     Traceback (most recent call last):
     ...
     interplace.errors.InputError: cannot recognise the format of x.txt: expected one of ...
+    >>> detect_format("2024/05/01 12:00:00.000, 0, 45\\n")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: ...; header-less nvidia-smi --query-gpu CSV? give --format ...
     """
     for name, fmt in FORMATS.items():
         if fmt.sniff(text):
             return name
+    hint = ""
+    if nvsmi_query.looks_headerless(text):
+        hint = (
+            "; header-less nvidia-smi --query-gpu CSV? give --format nvsmi-query --fields "
+            "<the --query-gpu list> (in Python: format='nvsmi-query', fields=[...])"
+        )
     raise InputError(
         f"cannot recognise the format of {what}: expected one of {', '.join(FORMATS)} "
-        "(with a header line)"
+        f"(with a header line){hint}"
     )
 
 

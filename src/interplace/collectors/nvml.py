@@ -21,8 +21,10 @@ metric                                     NVML call
 ``temp_c``                                 ``nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)``
 ``pcie_tx_bytes_total``, ``_rx_``          ``nvmlDeviceGetFieldValues`` with
                                            ``NVML_FI_DEV_PCIE_COUNT_TX_BYTES`` / ``RX_BYTES``
-``pcie_tx_kbps``, ``pcie_rx_kbps``         ``nvmlDeviceGetPcieThroughput``, only where the field
-                                           values above are unsupported (it takes ~20 ms a call)
+``pcie_tx_kbps``, ``pcie_rx_kbps``         rate of the two byte counters above between two
+                                           reads, from the field values' own microsecond
+                                           timestamps; where those fields are unsupported,
+                                           ``nvmlDeviceGetPcieThroughput`` (~20 ms a call)
 ``nvlink_tx_kbps``, ``nvlink_rx_kbps``     rate of ``NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX`` /
                                            ``RX`` (KiB over all links) between two reads, from
                                            the field values' own microsecond timestamps
@@ -30,8 +32,16 @@ metric                                     NVML call
 
 Each call is made on its own: an ``NVMLError`` from one call marks its metrics unsupported for
 that GPU, and the call is not tried again. ``NVML_ERROR_GPU_IS_LOST`` (or a GPU whose handle
-cannot be had) raises :class:`DeviceLost` for that read instead. NVLink rates, and the PCIe
-throughput fallback, appear from the second read of a GPU on.
+cannot be had) raises :class:`DeviceLost` for that read instead. NVLink and PCIe rates appear
+from the second read of a GPU on (the ``nvmlDeviceGetPcieThroughput`` fallback too).
+
+A rate from a cumulative counter :math:`C` read at field timestamps :math:`t_{k-1} < t_k` is
+
+.. math:: r_k = \\frac{C_k - C_{k-1}}{t_k - t_{k-1}}
+
+converted to KB/s (1 KB = 1000 bytes: bytes / 1000, KiB x 1.024). A counter that went down
+(it wrapped or was reset) or a timestamp that did not advance gives no rate for that read; the
+next read is measured from this one. PCIe totals are emitted on every read, rates or not.
 """
 
 from __future__ import annotations
@@ -57,6 +67,7 @@ _REPLAY_FORMAT = "interplace-gpu-counters"
 _REPLAY_VERSION = 1
 _ALL_LINKS = 0xFFFFFFFF  # scopeId that sums an NVLink field over every link
 _KIB_TO_KB = 1024.0 / 1000.0
+_BYTES_TO_KB = 1.0 / 1000.0
 
 
 class DeviceLost(Exception):
@@ -103,6 +114,22 @@ def _field_number(fv: Any, nv: Any) -> float:
     return float(getattr(fv.value, attr))
 
 
+def _rate(now: tuple[float, float], before: tuple[float, float], scale: float) -> float | None:
+    """``scale * dC / dt`` between two ``(value, timestamp s)`` reads of a cumulative counter.
+
+    ``None`` when the counter went down (wrapped or reset) or the time did not advance.
+
+    >>> _rate((3_000_000.0, 10.5), (1_000_000.0, 10.0), 1 / 1000)  # 2e6 B in 0.5 s, in KB/s
+    4000.0
+    >>> _rate((5.0, 11.0), (9.0, 10.0), 1.0) is None  # wrapped
+    True
+    """
+    dc, dt = now[0] - before[0], now[1] - before[1]
+    if dc < 0 or not dt > 0:
+        return None
+    return dc * scale / dt
+
+
 class _FieldUnsupported(Exception):
     """A field value came back with a non-success ``nvmlReturn``."""
 
@@ -122,6 +149,7 @@ class PynvmlSampler:
         self._handles: dict[int, Any] = {}
         self._unsupported: dict[int, set[str]] = {}
         self._nvlink_last: dict[int, tuple[float, float, float]] = {}
+        self._pcie_last: dict[int, tuple[tuple[float, float], tuple[float, float]]] = {}
 
     def __enter__(self) -> PynvmlSampler:
         if self._nv is not None:
@@ -145,6 +173,7 @@ class PynvmlSampler:
         nv, self._nv = self._nv, None
         self._handles.clear()
         self._nvlink_last.clear()
+        self._pcie_last.clear()
         if nv is not None:
             with contextlib.suppress(nv.NVMLError):
                 nv.nvmlShutdown()
@@ -195,45 +224,65 @@ class PynvmlSampler:
             out.append((_field_number(fv, nv), float(fv.timestamp) / 1e6))
         return out
 
-    def _groups(self, index: int, h: Any) -> list[tuple[tuple[str, ...], Callable[[], Any]]]:
+    def _groups(self, index: int,
+                h: Any) -> list[tuple[tuple[str, ...], Callable[[], dict[str, float]]]]:
+        """``(metrics, read)`` per NVML call; a failed call marks ``metrics`` unsupported.
+
+        ``read()`` gives ``metrics`` and, for the PCIe byte counters, their rates as well.
+        """
         nv = self._nv
 
-        def util() -> tuple[float, float]:
+        def util() -> dict[str, float]:
             u = nv.nvmlDeviceGetUtilizationRates(h)
-            return float(u.gpu), float(u.memory)
+            return {"gpu_util_pct": float(u.gpu), "mem_util_pct": float(u.memory)}
 
-        def pcie_counts() -> tuple[float, float]:
-            (tx, _), (rx, _) = self._fields(h, [(nv.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, 0),
-                                                (nv.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, 0)])
-            return tx, rx
+        def pcie_counts() -> dict[str, float]:
+            tx, rx = self._fields(h, [(nv.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, 0),
+                                      (nv.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, 0)])
+            out = {"pcie_tx_bytes_total": tx[0], "pcie_rx_bytes_total": rx[0]}
+            last = self._pcie_last.get(index)
+            self._pcie_last[index] = (tx, rx)
+            if last is not None:
+                for name, now, before in (("pcie_tx_kbps", tx, last[0]),
+                                          ("pcie_rx_kbps", rx, last[1])):
+                    rate = _rate(now, before, _BYTES_TO_KB)
+                    if rate is not None:
+                        out[name] = rate
+            return out
 
-        def pcie_rate() -> tuple[float, float]:
-            return (float(nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_TX_BYTES)),
-                    float(nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_RX_BYTES)))
+        def pcie_rate() -> dict[str, float]:
+            tx = nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_TX_BYTES)
+            rx = nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_RX_BYTES)
+            return {"pcie_tx_kbps": float(tx), "pcie_rx_kbps": float(rx)}
 
-        def nvlink() -> tuple[float, ...]:
+        def nvlink() -> dict[str, float]:
             (tx, t_tx), (rx, _) = self._fields(
                 h, [(nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, _ALL_LINKS),
                     (nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, _ALL_LINKS)])
             last = self._nvlink_last.get(index)
             self._nvlink_last[index] = (t_tx, tx, rx)
             if last is None or t_tx <= last[0] or tx < last[1] or rx < last[2]:
-                return ()
+                return {}
             dt = t_tx - last[0]
-            return (tx - last[1]) * _KIB_TO_KB / dt, (rx - last[2]) * _KIB_TO_KB / dt
+            return {"nvlink_tx_kbps": (tx - last[1]) * _KIB_TO_KB / dt,
+                    "nvlink_rx_kbps": (rx - last[2]) * _KIB_TO_KB / dt}
+
+        def one(metric: str, fn: Callable[[], Any]) -> Callable[[], dict[str, float]]:
+            return lambda: {metric: float(fn())}
 
         pcie_rate_metrics: tuple[str, ...] = ()
         if {"pcie_tx_bytes_total", "pcie_rx_bytes_total"} <= self._unsupported.get(index, set()):
             pcie_rate_metrics = ("pcie_tx_kbps", "pcie_rx_kbps")
-        groups: list[tuple[tuple[str, ...], Callable[[], Any]]] = [
+        groups: list[tuple[tuple[str, ...], Callable[[], dict[str, float]]]] = [
             (("gpu_util_pct", "mem_util_pct"), util),
-            (("fb_used_bytes",), lambda: (float(nv.nvmlDeviceGetMemoryInfo(h).used),)),
-            (("sm_clock_mhz",), lambda: (float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),)),
+            (("fb_used_bytes",), one("fb_used_bytes", lambda: nv.nvmlDeviceGetMemoryInfo(h).used)),
+            (("sm_clock_mhz",),
+             one("sm_clock_mhz", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))),
             (("mem_clock_mhz",),
-             lambda: (float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)),)),
-            (("power_mw",), lambda: (float(nv.nvmlDeviceGetPowerUsage(h)),)),
+             one("mem_clock_mhz", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM))),
+            (("power_mw",), one("power_mw", lambda: nv.nvmlDeviceGetPowerUsage(h))),
             (("temp_c",),
-             lambda: (float(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),)),
+             one("temp_c", lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))),
             (("pcie_tx_bytes_total", "pcie_rx_bytes_total"), pcie_counts),
         ]
         if pcie_rate_metrics:
@@ -261,7 +310,7 @@ class PynvmlSampler:
             except (_FieldUnsupported, AttributeError):
                 bad.update(metrics)  # a field or function this driver / pynvml lacks
                 continue
-            out.update(zip(metrics, values, strict=False))
+            out.update(values)
         return out
 
 

@@ -5,6 +5,14 @@ too) on one device, for each sharing ``mode``, and writes a co-location data set
 format (``runs.csv``: ``run_id, job, throughput, mode, device, unit``; ``samples.csv``:
 ``run_id, t_s, metric, value, device, host``) that ``interplace.datasets.read_dir`` reads.
 
+``device`` follows one convention in both files: a GPU is named by its NVML index as a string
+(``"0"``, as ``nvidia-smi`` and :mod:`interplace.topology` number it), machine-wide counters by
+``"host"``. A ``cuda`` profile runs every workload on GPU ``gpu`` (its environment gets
+``CUDA_DEVICE_ORDER=PCI_BUS_ID`` and ``CUDA_VISIBLE_DEVICES=<gpu>``, so that CUDA's device 0 is
+NVML's GPU ``gpu``; an inherited ``CUDA_VISIBLE_DEVICES`` is replaced) and writes ``str(gpu)``
+in ``runs.csv``. A ``cpu`` profile ran on no GPU: its ``runs.csv`` ``device`` cells are empty
+(missing), and its samples are host counters (``device`` ``"host"``).
+
 Each run:
 
 1. starts the co-runners with ``INTERPLACE_WAIT_GO=1`` and waits until every one has printed
@@ -21,7 +29,8 @@ linearly between reports (:func:`window_units`):
 
 A workload that crashes, never reports ``INTERPLACE_UNIT`` or stops reporting progress before
 :math:`t_1` raises :class:`InputError` naming it; its co-runners are killed and nothing is
-written.
+written. The output directory is checked before any workload starts: it must not exist yet, or
+be an empty directory.
 """
 
 from __future__ import annotations
@@ -49,12 +58,13 @@ import pandas as pd
 
 from interplace.collectors.host import HostSampler
 from interplace.collectors.nvml import GpuCounterBackend, PynvmlSampler
-from interplace.collectors.sampler import sample
+from interplace.collectors.sampler import SampleSummary, sample
 from interplace.collectors.workloads import BUILTINS, PROGRESS_TAG, UNIT_TAG, WAIT_GO_ENV
 from interplace.errors import InputError, atomic_write, read_input
 
 __all__ = [
     "MODES",
+    "ProfileResult",
     "Progress",
     "WorkloadSpec",
     "mps_unavailable_reason",
@@ -339,13 +349,15 @@ class _Proc:
 def _run_group(specs: Sequence[WorkloadSpec], *, run_id: str, device: str, env: dict[str, str],
                warmup_s: float, measure_s: float, startup_timeout_s: float, grace_s: float,
                backends: Sequence[GpuCounterBackend], tmp: Path,
-               ) -> tuple[list[tuple[str, float, str]], pd.DataFrame]:
-    """Run ``specs`` together; ``[(job, throughput, unit)]`` and the samples of the run."""
+               ) -> tuple[list[tuple[str, float, str]], pd.DataFrame, frozenset[tuple[str, str]]]:
+    """Run ``specs`` together: ``[(job, throughput, unit)]``, the samples of the run and the
+    ``(device, metric)`` pairs the backends found unsupported."""
     seconds = warmup_s + measure_s + grace_s + 1.0
     procs: list[_Proc] = []
     stop = threading.Event()
     sampler: threading.Thread | None = None
     sample_error: list[BaseException] = []
+    summaries: list[SampleSummary] = []
     out = tmp / f"samples-{len(list(tmp.glob('samples-*')))}.csv"
     try:
         for i, s in enumerate(specs):
@@ -361,7 +373,8 @@ def _run_group(specs: Sequence[WorkloadSpec], *, run_id: str, device: str, env: 
 
         def run_sampler() -> None:
             try:
-                sample(backends, 0.1, None, stop, out=out, sleep=stop.wait, run_id=run_id)
+                summaries.append(sample(backends, 0.1, None, stop, out=out, sleep=stop.wait,
+                                        run_id=run_id))
             except BaseException as exc:
                 sample_error.append(exc)
 
@@ -405,7 +418,46 @@ def _run_group(specs: Sequence[WorkloadSpec], *, run_id: str, device: str, env: 
         rows.append((p.spec.name, done / measure_s, prog.unit or ""))
     samples = pd.read_csv(out, keep_default_na=False, na_values=[""],
                           dtype={"run_id": str, "host": str, "device": str, "metric": str})
-    return rows, samples
+    return rows, samples, summaries[0].unsupported
+
+
+@dataclass(frozen=True)
+class ProfileResult:
+    """What :func:`profile` wrote: the directory ``out`` (``runs.csv``, ``samples.csv``), the
+    number of ``runs`` made, and the ``(device, metric)`` pairs the counter backends found
+    ``unsupported`` over all runs.
+
+    >>> ProfileResult(Path("prof"), 3, frozenset()).runs
+    3
+    """
+
+    out: Path
+    runs: int
+    unsupported: frozenset[tuple[str, str]]
+
+
+def _check_out_dir(out: Path) -> None:
+    """Refuse an ``out`` that :func:`profile` could not write afterwards, or would overwrite.
+
+    >>> _check_out_dir(Path(__file__))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: .../profile.py exists and is not a directory
+    """
+    if out.exists() or out.is_symlink():
+        if not out.is_dir():
+            raise InputError(f"{out} exists and is not a directory")
+        if any(out.iterdir()):
+            raise InputError(f"{out} already exists and is not empty (profile writes a new "
+                             "directory)")
+        return
+    parent = out.parent
+    while not parent.exists():  # profile creates the missing directories at the end
+        parent = parent.parent
+    if not parent.is_dir():
+        raise InputError(f"cannot create {out}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"cannot create {out}: {parent} is not writable")
 
 
 def profile(
@@ -416,21 +468,25 @@ def profile(
     warmup_s: float = 2.0,
     measure_s: float = 5.0,
     device: str = "cuda",
+    gpu: int = 0,
     pairs: bool = True,
     progress: bool = False,
     startup_timeout_s: float = 120.0,
     grace_s: float = 5.0,
     backends: Sequence[GpuCounterBackend] | None = None,
-) -> Path:
+) -> ProfileResult:
     """Run ``workloads`` alone and in pairs; write ``out_dir/runs.csv`` and ``samples.csv``.
 
     Runs, per mode: each workload alone (``run_id`` ``<mode>-<name>``), then with ``pairs``
     every unordered pair including a workload with itself (``<mode>-<a>+<b>``). ``mps`` needs
     ``device="cuda"`` and a running MPS control daemon; in ``timeslice`` mode the jobs are kept
-    off a running daemon (``CUDA_MPS_PIPE_DIRECTORY`` points at an empty directory).
+    off a running daemon (``CUDA_MPS_PIPE_DIRECTORY`` points at an empty directory). With
+    ``device="cuda"`` every job runs on the GPU whose NVML index is ``gpu`` (see the module
+    docstring; ``gpu`` is unused on ``cpu``).
     ``backends`` (default: NVML if it initialises, plus host counters) are sampled every 0.1 s
     during each run. A workload must report ``INTERPLACE_UNIT`` within ``startup_timeout_s``
-    and progress past the window within ``grace_s`` of its end. Returns ``out_dir``.
+    and progress past the window within ``grace_s`` of its end. ``out_dir`` must not exist or
+    be empty: that, like every argument, is checked before the first workload starts.
     """
     if not workloads:
         raise InputError("no workloads given")
@@ -439,6 +495,8 @@ def profile(
         raise InputError("workload names must be unique")
     if device not in ("cuda", "cpu"):
         raise InputError(f"device must be 'cuda' or 'cpu', got {device!r}")
+    if isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0:
+        raise InputError(f"gpu must be a GPU index (an integer >= 0), got {gpu!r}")
     modes = list(dict.fromkeys(modes))
     if not modes:
         raise InputError("no sharing modes given")
@@ -450,6 +508,8 @@ def profile(
                 v < 0 if zero_ok else v <= 0):
             kind = "non-negative" if zero_ok else "positive"
             raise InputError(f"the {name} time must be a {kind} number of seconds, got {v!r}")
+    out = Path(out_dir)
+    _check_out_dir(out)
     daemon = mps_unavailable_reason() is None
     if "mps" in modes:
         if device != "cuda":
@@ -463,16 +523,23 @@ def profile(
         if pairs:
             groups += [(m, f"{m}-{a.name}+{b.name}", (a, b))
                        for i, a in enumerate(workloads) for b in workloads[i:]]
+    run_device = str(gpu) if device == "cuda" else None
     run_rows: list[dict[str, Any]] = []
     sample_frames: list[pd.DataFrame] = []
+    unsupported: set[tuple[str, str]] = set()
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="interplace-prof-")))
         nomps = tmp / "no-mps"
         nomps.mkdir()
-        gpu: list[GpuCounterBackend] = []
+        gpus: list[GpuCounterBackend] = []
         if backends is None and device == "cuda":
             with contextlib.suppress(InputError):
-                gpu.append(stack.enter_context(PynvmlSampler()))
+                gpus.append(stack.enter_context(PynvmlSampler()))
+        for b in gpus if backends is None else backends:
+            ids = [b.device_id(i) for i in range(b.device_count())]
+            if device == "cuda" and ids and ids != ["host"] and run_device not in ids:
+                raise InputError(f"no GPU {gpu}: {type(b).__name__} sees GPUs "
+                                 f"{', '.join(i for i in ids if i != 'host')}")
         bar: Any = None
         if progress:
             from tqdm import tqdm
@@ -483,17 +550,20 @@ def profile(
             env = dict(os.environ, **{WAIT_GO_ENV: "1", "PYTHONUNBUFFERED": "1"})
             if mode == "timeslice" and daemon:
                 env["CUDA_MPS_PIPE_DIRECTORY"] = str(nomps)
-            used = list(backends) if backends is not None else [*gpu, HostSampler()]
-            rows, samples = _run_group(specs, run_id=run_id, device=device, env=env,
-                                       warmup_s=warmup_s, measure_s=measure_s,
-                                       startup_timeout_s=startup_timeout_s, grace_s=grace_s,
-                                       backends=used, tmp=tmp)
+            if device == "cuda":
+                env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+                env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+            used = list(backends) if backends is not None else [*gpus, HostSampler()]
+            rows, samples, missing = _run_group(
+                specs, run_id=run_id, device=device, env=env, warmup_s=warmup_s,
+                measure_s=measure_s, startup_timeout_s=startup_timeout_s, grace_s=grace_s,
+                backends=used, tmp=tmp)
             run_rows += [{"run_id": run_id, "job": job, "throughput": thr, "mode": mode,
-                          "device": device, "unit": unit} for job, thr, unit in rows]
+                          "device": run_device, "unit": unit} for job, thr, unit in rows]
             sample_frames.append(samples)
+            unsupported |= missing
             if bar is not None:
                 bar.update(1)
-    out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cols = ["run_id", "t_s", "metric", "value", "device", "host"]
     samples_all = pd.concat(sample_frames, ignore_index=True) if sample_frames else None
@@ -504,4 +574,4 @@ def profile(
     with atomic_write(out / "runs.csv") as fh:
         pd.DataFrame(run_rows, columns=["run_id", "job", "throughput", "mode", "device",
                                         "unit"]).to_csv(fh, index=False)
-    return out
+    return ProfileResult(out, len(groups), frozenset(unsupported))

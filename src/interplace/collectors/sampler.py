@@ -6,41 +6,65 @@ skipped, not made up), and writes one row per reading to ``out`` (``.parquet`` o
 the columns of :mod:`interplace.collectors.table`; ``t_s`` is seconds since the first tick,
 ``run_id`` only when given).
 
-Crash safety: rows are held in memory only up to ``chunk_rows``, then appended to
-``<out>.partial`` (a Parquet row group, or CSV lines). A clean run renames ``<out>.partial`` onto
-``out`` at the end and never leaves it behind. If sampling raises (a backend error,
-``KeyboardInterrupt``), the rows still in memory are appended, the file is closed and
-``<out>.partial`` is KEPT: it is a readable sample table of everything sampled so far, and ``out``
-is not created (an existing ``out`` is left untouched). Only a process killed outright
-(``SIGKILL``, power loss) can lose more: a CSV ``.partial`` then still holds every flushed chunk,
-a Parquet one lacks its footer and cannot be read. An old ``<out>.partial`` is overwritten.
+Crash safety: rows are held in memory only up to ``chunk_rows``, then written to
+``<out>.partial`` as one chunk:
+
+- ``.csv`` output: ``<out>.partial`` is a CSV sample table (header first) that grows by one
+  ``write`` of whole lines per chunk;
+- ``.parquet`` output: ``<out>.partial`` is a directory of complete Parquet files
+  ``part-00000.parquet``, ``part-00001.parquet``, ..., one per chunk, each written beside its
+  name and renamed onto it, so a part is there whole or not at all.
+
+A clean run then writes ``out`` (CSV: renames ``<out>.partial`` onto it; Parquet: copies the
+parts in order into one file, one row group per chunk, written atomically) and removes
+``<out>.partial``. If sampling raises (a backend error, ``KeyboardInterrupt``), the rows still
+in memory are written as a last chunk, ``<out>.partial`` is KEPT and ``out`` is not created (an
+existing ``out`` is left untouched). A process killed outright (``SIGKILL``, power loss) loses
+at most the rows of one chunk, those not yet written. Either way :func:`read_partial` reads what
+``<out>.partial`` holds as a sample table (it drops a CSV line cut short by a power loss). An
+old ``<out>.partial`` is removed when sampling into ``out`` starts.
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import io
 import math
 import os
+import re
+import shutil
 import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, cast
 
+import pandas as pd
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from interplace.collectors.nvml import DeviceLost, EndOfRecording, GpuCounterBackend
-from interplace.errors import InputError
+from interplace.collectors.table import SAMPLE_COLUMNS, validate_samples
+from interplace.errors import InputError, atomic_write
 
-__all__ = ["SampleSummary", "partial_path", "sample"]
+__all__ = [
+    "SampleSummary",
+    "check_arguments",
+    "check_output_path",
+    "partial_path",
+    "read_partial",
+    "sample",
+    "unsupported_notes",
+]
 
 _Row = tuple[float, str, str, str, float]
+_EXTENSIONS = (".csv", ".parquet")
+_PART = re.compile(r"^part-(\d+)\.parquet$")
 
 
 @dataclass(frozen=True)
@@ -66,7 +90,7 @@ class SampleSummary:
 
 
 def partial_path(out: str | os.PathLike[str]) -> Path:
-    """The file :func:`sample` writes to before renaming it onto ``out``.
+    """The file (``.csv``) or directory (``.parquet``) :func:`sample` writes before ``out``.
 
     >>> partial_path("runs/samples.parquet").as_posix()
     'runs/samples.parquet.partial'
@@ -75,66 +99,185 @@ def partial_path(out: str | os.PathLike[str]) -> Path:
     return p.with_name(p.name + ".partial")
 
 
+def check_output_path(out: str | os.PathLike[str]) -> Path:
+    """``out`` as a path, or an :class:`InputError` if a sample table cannot be written there.
+
+    Checks the extension (``.csv`` or ``.parquet``), that the directory exists and can be
+    written, and that ``out`` is not a directory; called before anything is started.
+
+    >>> check_output_path("/nonexistent-dir/s.csv")
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: output directory does not exist: /nonexistent-dir
+    >>> check_output_path("s.txt")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: s.txt: unknown sample-table extension '.txt' (expected ...)
+    """
+    p = Path(out)
+    ext = p.suffix.lower()
+    if ext not in _EXTENSIONS:
+        raise InputError(f"{p}: unknown sample-table extension {ext or '(none)'!r} "
+                         f"(expected {' or '.join(_EXTENSIONS)})")
+    parent = p.parent
+    if not parent.exists():
+        raise InputError(f"output directory does not exist: {parent}")
+    if not parent.is_dir():
+        raise InputError(f"output directory is not a directory: {parent}")
+    if p.is_dir():
+        raise InputError(f"{p} is a directory, not a file")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write to {parent}: permission denied")
+    return p
+
+
+def _natural(text: str) -> tuple[tuple[int, int | str], ...]:
+    return tuple((0, int(t)) if t.isdigit() else (1, t) for t in re.split(r"(\d+)", text) if t)
+
+
+def unsupported_notes(pairs: Iterable[tuple[str, str]]) -> list[str]:
+    """One line per device naming the metrics it does not report, devices in natural order.
+
+    ``pairs`` are ``(device, metric)`` as in :attr:`SampleSummary.unsupported`; the device
+    ``"host"`` is named as such, any other as a GPU.
+
+    >>> unsupported_notes({("10", "temp_c"), ("2", "power_mw"), ("2", "pcie_rx_bytes_total"),
+    ...                    ("host", "host_cpu_busy_pct")})  # doctest: +NORMALIZE_WHITESPACE
+    ['GPU 2 does not report pcie_rx_bytes_total, power_mw', 'GPU 10 does not report temp_c',
+     'host does not report host_cpu_busy_pct']
+    """
+    by_device: dict[str, set[str]] = {}
+    for device, metric in pairs:
+        by_device.setdefault(device, set()).add(metric)
+    order = sorted(by_device, key=lambda d: (d == "host", _natural(d)))
+    return [f"{'host' if d == 'host' else f'GPU {d}'} does not report "
+            f"{', '.join(sorted(by_device[d]))}" for d in order]
+
+
+def _parts(directory: Path) -> list[Path]:
+    """The ``part-N.parquet`` files of a partial directory, by ``N``."""
+    found = [(int(m.group(1)), f) for f in directory.iterdir() if (m := _PART.match(f.name))]
+    return [f for _, f in sorted(found)]
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def read_partial(out: str | os.PathLike[str]) -> pd.DataFrame:
+    """The samples a failed or killed :func:`sample` into ``out`` left in ``<out>.partial``.
+
+    Validated as :func:`~interplace.collectors.table.read_samples` does; a last CSV line
+    without its newline (cut by a power loss) is dropped. Raises :class:`InputError` when
+    there is no partial file.
+
+    >>> read_partial("/nonexistent-dir/s.csv")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: no partial samples for /nonexistent-dir/s.csv: ... does not exist
+    """
+    p = Path(out)
+    ext = p.suffix.lower()
+    partial = partial_path(p)
+    if not partial.exists():
+        raise InputError(f"no partial samples for {p}: {partial} does not exist")
+    what = str(partial)
+    if ext == ".parquet" and partial.is_dir():
+        parts = _parts(partial)
+        try:
+            frames = [pq.read_table(f).to_pandas() for f in parts]
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise InputError(f"{what}: cannot read as Parquet: {first}") from exc
+        if not frames:
+            return validate_samples(pd.DataFrame({c: [] for c in SAMPLE_COLUMNS}), what)
+        return validate_samples(pd.concat(frames, ignore_index=True), what)
+    if ext != ".csv" or not partial.is_file():
+        raise InputError(f"{what}: not a partial sample table of {p}")
+    data = partial.read_bytes()
+    data = data[: data.rfind(b"\n") + 1]
+    strings = {c: str for c in ("host", "device", "metric", "run_id")}
+    numbers = {c: ["", "nan", "NaN", "NA", "N/A"] for c in ("t_s", "value")}
+    try:
+        df = pd.read_csv(io.BytesIO(data), dtype=strings, keep_default_na=False,
+                         na_values=numbers)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"{what}: cannot read as CSV: {first}") from exc
+    return validate_samples(df, what)
+
+
 class _ChunkWriter:
-    """Appends chunks of rows to a ``.partial`` file; :meth:`commit` renames it onto ``out``."""
+    """Writes chunks of rows to ``<out>.partial``; :meth:`commit` turns them into ``out``."""
 
     def __init__(self, out: Path, run_id: str | None) -> None:
-        ext = out.suffix.lower()
-        if ext not in (".csv", ".parquet"):
-            raise InputError(f"{out}: unknown sample-table extension {ext or '(none)'!r} "
-                             f"(expected .csv or .parquet)")
-        if not out.parent.exists():
-            raise InputError(f"output directory does not exist: {out.parent}")
-        self.out = out
+        self.out = check_output_path(out)
         self.partial = partial_path(out)
         self.run_id = run_id
-        self.row_groups = 0
-        self._csv: IO[str] | None = None
-        self._csv_writer: Any = None
-        self._pq: pq.ParquetWriter | None = None
+        self.chunks = 0
+        self.csv = out.suffix.lower() == ".csv"
+        self._fd: int | None = None
         fields = [("t_s", pa.float64()), ("host", pa.string()), ("device", pa.string()),
                   ("metric", pa.string()), ("value", pa.float64())]
         if run_id is not None:
             fields.append(("run_id", pa.string()))
         self._schema = pa.schema(fields)
         try:
-            if ext == ".csv":
-                self._csv = open(self.partial, "w", newline="", encoding="utf-8")  # noqa: SIM115
-                self._csv_writer = csv.writer(self._csv, lineterminator="\n")
-                self._csv_writer.writerow(self._schema.names)
-                self._csv.flush()
+            _remove(self.partial)
+            if self.csv:
+                self._fd = os.open(self.partial,
+                                   os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o666)
+                self._append(",".join(self._schema.names) + "\n")
             else:
-                self._pq = pq.ParquetWriter(self.partial, self._schema)
+                self.partial.mkdir()
         except OSError as exc:
             raise InputError(f"cannot write {self.partial}: {exc.strerror or exc}") from None
+
+    def _append(self, text: str) -> None:
+        """Append ``text`` to the CSV partial file, all of it (one ``write`` unless short)."""
+        assert self._fd is not None
+        data = memoryview(text.encode("utf-8"))
+        while data:
+            data = data[os.write(self._fd, data):]
 
     def write(self, rows: list[_Row]) -> None:
         if not rows:
             return
-        if self._csv is not None:
+        if self.csv:
+            buf = io.StringIO()
             extra = () if self.run_id is None else (self.run_id,)
-            self._csv_writer.writerows((*(repr(x) if isinstance(x, float) else x for x in r),
-                                        *extra) for r in rows)
-            self._csv.flush()
-        elif self._pq is not None:
+            csv.writer(buf, lineterminator="\n").writerows(
+                (*(repr(x) if isinstance(x, float) else x for x in r), *extra) for r in rows)
+            self._append(buf.getvalue())
+        else:
             cols: dict[str, list[Any]] = {n: [r[i] for r in rows]
                                           for i, n in enumerate(self._schema.names[:5])}
             if self.run_id is not None:
                 cols["run_id"] = [self.run_id] * len(rows)
-            self._pq.write_table(pa.table(cols, schema=self._schema))
-        self.row_groups += 1
+            name = f"part-{self.chunks:05d}.parquet"
+            tmp = self.partial / f".{name}.tmp"
+            pq.write_table(pa.table(cols, schema=self._schema), tmp)
+            os.replace(tmp, self.partial / name)
+        self.chunks += 1
 
     def close(self) -> None:
-        if self._csv is not None:
-            self._csv.close()
-            self._csv = None
-        if self._pq is not None:
-            self._pq.close()
-            self._pq = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def commit(self) -> None:
         self.close()
-        os.replace(self.partial, self.out)
+        if self.csv:
+            os.replace(self.partial, self.out)
+            return
+        with atomic_write(self.out, "wb") as fh, pq.ParquetWriter(cast(IO[bytes], fh),
+                                                                  self._schema) as w:
+            for part in _parts(self.partial):
+                w.write_table(pq.read_table(part, schema=self._schema))
+        shutil.rmtree(self.partial)
 
 
 class _Progress:
@@ -162,7 +305,15 @@ class _Progress:
             self._bar.close()
 
 
-def _check(interval_s: float, duration_s: float | None, chunk_rows: int) -> None:
+def check_arguments(interval_s: float, duration_s: float | None, chunk_rows: int,
+                    host: str | None = None, run_id: str | None = None) -> None:
+    """Raise :class:`InputError` for arguments :func:`sample` would refuse (but ``out``).
+
+    >>> check_arguments(0.1, None, 100, run_id="")
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: the run id must not be empty
+    """
     if isinstance(interval_s, bool) or not (math.isfinite(interval_s) and interval_s > 0):
         raise InputError(f"the sampling interval must be a positive number of seconds, "
                          f"got {interval_s!r}")
@@ -170,6 +321,10 @@ def _check(interval_s: float, duration_s: float | None, chunk_rows: int) -> None
         raise InputError(f"the duration must be a positive number of seconds, got {duration_s!r}")
     if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
         raise InputError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
+    if host is not None and not host:
+        raise InputError("the host name must not be empty")
+    if run_id is not None and not run_id:
+        raise InputError("the run id must not be empty")
 
 
 def sample(
@@ -212,12 +367,10 @@ def sample(
     >>> read_samples(out)[["t_s", "value"]].values.tolist()
     [[0.0, 40.0], [0.5, 41.0], [1.0, 43.0]]
     """
-    _check(interval_s, duration_s, chunk_rows)
+    check_arguments(interval_s, duration_s, chunk_rows, host, run_id)
     hostname = socket.gethostname() if host is None else host
     if not hostname:
         raise InputError("the host name must not be empty")
-    if run_id is not None and not run_id:
-        raise InputError("the run id must not be empty")
     counts = [b.device_count() for b in backends]
     ids = [[b.device_id(i) for i in range(n)] for b, n in zip(backends, counts, strict=True)]
     writer = _ChunkWriter(Path(out), run_id)

@@ -54,7 +54,7 @@ import pandas as pd
 from interplace.collectors.formats._common import lines, parse_float, samples_frame
 from interplace.errors import InputError
 
-__all__ = ["parse", "sniff"]
+__all__ = ["looks_headerless", "parse", "sniff"]
 
 # field -> (canonical metric, nvidia-smi's unit for it)
 _CANONICAL: dict[str, tuple[str, str]] = {
@@ -124,6 +124,29 @@ def sniff(text: str) -> bool:
     """
     ls = lines(text)
     return bool(ls) and _header(_cells(ls[0][1])) is not None
+
+
+def looks_headerless(text: str) -> bool:
+    """True when ``text`` looks like ``--format=csv,noheader`` output (for an error hint only).
+
+    That is: no header (:func:`sniff` is false), and its first lines (up to 5) all have the
+    same number (2 or more) of non-empty cells joined by nvidia-smi's ``", "``.
+
+    >>> looks_headerless("2024/05/01 12:00:00.000, 0, 45\\n2024/05/01 12:00:00.100, 0, 46\\n")
+    True
+    >>> looks_headerless("a,b,c\\n1,2,3\\n"), looks_headerless("timestamp, index\\nx, 0\\n")
+    (False, False)
+    """
+    ls = [ln for _, ln in lines(text)[:5]]
+    if not ls or sniff(text):
+        return False
+    counts = {len(ln.split(", ")) for ln in ls}
+    return (
+        len(counts) == 1
+        and counts.pop() >= 2
+        and all(c for ln in ls for c in _cells(ln))
+        and not ls[0].startswith("#")
+    )
 
 
 def _timestamps(
