@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from interplace.datasets import load_lucid, lucid_job_name
+from interplace.datasets import CoLocationData, load_lucid, lucid_job_name, read_dir, write_runs
 from interplace.errors import InputError
 
 SHARED = Path(__file__).parents[2].parent / "shared" / "datasets" / "lucid"
@@ -69,6 +69,22 @@ def test_lucid_samples_hold_the_nvml_means() -> None:
     assert first["fb_used_max_bytes"] == raw["gmem"].iloc[0] * 2**20
 
 
+def _assert_round_trips(data: CoLocationData, directory: Path) -> None:
+    """write_runs then read_dir gives back equal tables, dtypes included."""
+    write_runs(data, directory)
+    back = read_dir(directory)
+    pd.testing.assert_frame_equal(back.runs, data.runs, check_exact=True)
+    assert back.samples is not None and data.samples is not None
+    pd.testing.assert_frame_equal(back.samples, data.samples, check_exact=True)
+
+
+@needs_shared
+def test_lucid_round_trips_through_the_runs_format(tmp_path: Path) -> None:
+    data = load_lucid(SHARED)
+    assert data.runs["label"].dtype == np.int64  # every Lucid job has a solo profile and class
+    _assert_round_trips(data, tmp_path)
+
+
 def _write(tmp_path: Path, single: str, pairs: str) -> Path:
     (tmp_path / "single_data.csv").write_text(single)
     (tmp_path / "colocate_info.csv").write_text(pairs)
@@ -106,6 +122,17 @@ def test_synthetic_directory_converts(tmp_path: Path) -> None:
     assert pairs.loc[("lucid/pair/9", "Baz/Set bs4"), "speed"] == 0.7
     assert pairs.loc[("lucid/pair/7", "Bar/Set bs16 amp"), "label"] == 2
     assert pd.isna(pairs.loc[("lucid/pair/9", "Baz/Set bs4"), "label"])
+    assert data.runs["label"].dtype == np.float64  # a class is missing: NaN, as CSV reads it
+    out = tmp_path / "out"
+    out.mkdir()
+    _assert_round_trips(data, out)
+    complete = tmp_path / "complete"
+    complete.mkdir()
+    only_foo = HEADER + "7,Foo,Set,1,8,0,0.5,Bar,Set,1,16,1,0.8,95.0,50.0,2000\n"
+    full = load_lucid(_write(complete, SINGLE, only_foo))
+    assert full.runs["label"].tolist() == [1, 2, 1, 2]
+    assert full.runs["label"].dtype == np.int64
+    _assert_round_trips(full, complete)
     assert data.samples is not None
     # Bar's solo gmem is empty: a missing row, not a NaN value.
     bar = data.samples[data.samples["run_id"] == "lucid/iso/Bar/Set bs16 amp"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ def _samples(**columns: list[Any]) -> pd.DataFrame:
     base: dict[str, list[Any]] = {
         "run_id": ["a", "p"],
         "t_s": [0.0, 0.2],
-        "metric": ["gpu_util", "gpu_util"],
+        "metric": ["gpu_util_pct", "gpu_util_pct"],
         "value": [50.0, 90.0],
     }
     base.update(columns)
@@ -115,7 +116,19 @@ def test_validate_runs_accepts_missing_modes_and_self_pairs() -> None:
         (_samples(t_s=[0.0, math.nan]), "bad: samples row 1 has t_s nan, not a finite number"),
         (_samples(t_s=["0", 1.0]), "bad: samples row 0 has t_s '0', not a number"),
         (_samples(value=[1.0, "high"]), "bad: samples row 1 has value 'high', not a number"),
-        (_samples(metric=["gpu_util", None]), "bad: samples row 1 has no metric"),
+        (_samples(metric=["gpu_util_pct", None]), "bad: samples row 1 has no metric"),
+        (
+            _samples(value=[1.0, math.inf]),
+            "bad: samples row 1 has value inf, not a finite number or missing",
+        ),
+        (
+            _samples(value=[-math.inf, 1.0]),
+            "bad: samples row 0 has value -inf, not a finite number or missing",
+        ),
+        (
+            _samples(value=np.array([np.float32(np.inf), 1.0], dtype=np.float32)),
+            "bad: samples row 0 has value inf, not a finite number or missing",
+        ),
     ],
 )
 def test_validate_samples_names_the_problem(samples: pd.DataFrame, message: str) -> None:
@@ -125,7 +138,24 @@ def test_validate_samples_names_the_problem(samples: pd.DataFrame, message: str)
 
 
 def test_samples_may_miss_values() -> None:
+    # The one convention (runs module docstring): a missing value is NaN, None or pd.NA and
+    # the row is kept; only a present value must be a finite number.
     validate_samples_for_runs(_samples(value=[np.nan, None]), _runs(), "ok")
+    validate_samples_for_runs(
+        _samples(value=pd.array([pd.NA, 1.5], dtype="Float64")), _runs(), "ok"
+    )
+    data = CoLocationData(_runs(), _samples(value=[np.nan, 2.0]), "ok")
+    assert data.samples is not None and data.samples["value"].isna().tolist() == [True, False]
+
+
+def test_runs_docs_use_canonical_metric_names() -> None:
+    from interplace.collectors import CANONICAL_METRICS
+    from interplace.datasets import runs as runs_module
+
+    text = Path(runs_module.__file__).read_text()
+    named = set(re.findall(r"\b(?:gpu|mem|pcie|host)_[a-z_]+", text)) - {"gpu_type"}
+    assert named, "the docstrings name metrics"
+    assert named <= set(CANONICAL_METRICS), named - set(CANONICAL_METRICS)
 
 
 def test_colocation_data_validates_on_construction() -> None:
@@ -300,6 +330,6 @@ def test_read_errors_are_input_errors(tmp_path: Path) -> None:
 
 def test_read_dir_checks_samples_against_runs(tmp_path: Path) -> None:
     shutil.copy(TOY / "runs.csv", tmp_path / "runs.csv")
-    (tmp_path / "samples.csv").write_text("run_id,t_s,metric,value\nghost,0,gpu_util,1\n")
+    (tmp_path / "samples.csv").write_text("run_id,t_s,metric,value\nghost,0,gpu_util_pct,1\n")
     with pytest.raises(InputError, match="samples row 0 has run_id 'ghost', not a run"):
         read_dir(tmp_path)

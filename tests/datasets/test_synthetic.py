@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from interplace.datasets import CoLocationData, contention_speed, synthetic, validate_runs
+from interplace.collectors import validate_samples
+from interplace.datasets import MODES, CoLocationData, contention_speed, synthetic, validate_runs
 from interplace.errors import InputError
 from interplace.topology import Topology, load
 
@@ -356,18 +357,18 @@ def test_cross_gpu_samples(cross: CoLocationData) -> None:
             i = res.index(resource_of[str(metric)])
             assert len(grp) == 20
             if resource_of[str(metric)] == "host_cpu":
-                assert pd.isna(dev)  # host-wide: once per run, no device
+                assert dev == "host"  # machine-wide: once per run, device "host"
                 u = min(1.0, sum(demand[j, i] for j in rows["job"].map(index)))
             else:
                 u = min(1.0, demand[job_on[dev], i])  # this GPU's own job only
             np.testing.assert_allclose(grp["true_value"], u * full[str(metric)], rtol=1e-12)
-        per_dev = s.loc[s["device"].notna()].groupby("device")["metric"].nunique()
+        per_dev = s.loc[s["device"] != "host"].groupby("device")["metric"].nunique()
         assert per_dev.to_dict() == {d: 4 for d in job_on}
-        assert s.loc[s["device"].isna(), "metric"].nunique() == 2
-    # Observed samples carry the same device/host; host-wide rows have no device.
+        assert s.loc[s["device"] == "host", "metric"].nunique() == 2
+    # Observed samples carry the same device/host as the truth; no device is missing.
     obs = cross.samples.merge(t[["sample_id", "device", "host"]], on="sample_id")
-    assert (obs["device_x"].isna() == obs["device_y"].isna()).all()
-    assert (obs["device_x"].dropna() == obs["device_y"].dropna()).all()
+    assert obs["device_x"].notna().all()
+    assert (obs["device_x"] == obs["device_y"]).all()
     assert (obs["host_x"] == obs["host_y"]).all()
     same_gpu = ~cross.samples["run_id"].isin(moved)
     assert cross.samples.loc[same_gpu, "device"].notna().all()
@@ -507,3 +508,64 @@ def test_single_gpu_topology_has_no_cross_pair() -> None:
     assert len(synthetic(3, seed=0, topology=OneGpu(), cross_gpu=0.0).runs) == 3 + 2 * 6
     with pytest.raises(InputError, match="no two GPUs"):
         synthetic(3, seed=0, topology=OneGpu(), cross_gpu=0.1)
+
+
+# --- Sharing mode ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_mode_labels_every_run_and_changes_nothing_else(mode: str, p4d: Topology) -> None:
+    kwargs: dict[str, Any] = {"n_jobs": 5, "seed": 3, "topology": p4d, "cross_gpu": 0.5}
+    plain = synthetic(**kwargs)
+    labelled = synthetic(**kwargs, mode=mode)
+    assert "mode" not in plain.runs.columns
+    assert labelled.runs["mode"].tolist() == [mode] * len(plain.runs)
+    assert labelled.runs.columns.tolist() == [*plain.runs.columns, "mode"]
+    pd.testing.assert_frame_equal(labelled.runs.drop(columns="mode"), plain.runs)
+    assert labelled.samples is not None and plain.samples is not None
+    pd.testing.assert_frame_equal(labelled.samples, plain.samples)
+    assert labelled.truth is not None and plain.truth is not None
+    np.testing.assert_array_equal(labelled.truth["speed"], plain.truth["speed"])
+    validate_runs(labelled.runs, "labelled")
+    assert labelled.name == f"synthetic(n_jobs=5, seed=3, cross_gpu=0.5, mode={mode!r})"
+    assert synthetic(2, seed=0, mode=None).runs.equals(synthetic(2, seed=0).runs)
+
+
+@pytest.mark.parametrize("mode", ["mig", "MPS", "", 1, True])
+def test_bad_mode(mode: Any) -> None:
+    with pytest.raises(InputError) as info:
+        synthetic(3, seed=0, mode=mode)
+    assert str(info.value) == f"mode must be one of mps, timeslice or None, not {mode!r}"
+
+
+# --- Samples follow the collectors' long-table conventions -----------------------------------
+
+_HOST_METRICS = {"host_cpu_busy_pct", "instructions"}
+
+
+def _check_devices(data: CoLocationData) -> None:
+    """Host metrics carry device "host", GPU metrics a GPU of their run; the table passes the
+    collectors' validation unchanged (synthetic values are never missing)."""
+    s = data.samples
+    assert s is not None
+    host = s["metric"].isin(_HOST_METRICS)
+    assert host.any() and (~host).any()
+    assert (s.loc[host, "device"] == "host").all()
+    gpus_of = data.runs.groupby("run_id")["device"].agg(set).to_dict()
+    gpu = s.loc[~host]
+    assert all(d in gpus_of[r] for r, d in zip(gpu["run_id"], gpu["device"], strict=True))
+    checked = validate_samples(s, data.name)
+    assert len(checked) == len(s)
+    np.testing.assert_array_equal(checked["value"], s["value"])
+    assert checked["device"].tolist() == s["device"].tolist()
+
+
+def test_same_gpu_samples_follow_the_collector_conventions(big: CoLocationData) -> None:
+    _check_devices(big)
+
+
+def test_cross_gpu_samples_follow_the_collector_conventions(cross: CoLocationData) -> None:
+    _check_devices(cross)
+    one_switch = synthetic(4, seed=1, topology=_OneSwitch(), cross_gpu=1.0, pairs="distinct")
+    _check_devices(one_switch)
+    assert _cross_runs(one_switch)  # every pair runs on two GPUs here

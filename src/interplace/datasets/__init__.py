@@ -15,6 +15,8 @@ layer is being built (the data issue); what exists so far:
   demand/sensitivity ground truth, with noisy, missing, clock-shifted and multiplexed samples.
 - :mod:`~interplace.datasets.lucid`: Lucid's (ASPLOS 2023) measured pairs with NVML means;
   non-commercial licence, so never shipped: :func:`load_lucid` reads a directory you supply.
+- :mod:`~interplace.datasets.truth`: :func:`write_truth` / :func:`read_truth` store a synthetic
+  data set's ground truth (``truth.json``, versioned, plus CSV tables) beside its runs.
 
 >>> g = load_gavel("v100")
 >>> sorted(g.data.pairs().columns)[:3]
@@ -49,6 +51,7 @@ from interplace.datasets.traces import (
     load_philly,
     load_venus,
 )
+from interplace.datasets.truth import TRUTH_FILE, TRUTH_FORMAT_VERSION, read_truth, write_truth
 
 __all__ = [
     "GPU_TYPES",
@@ -56,6 +59,8 @@ __all__ = [
     "RUN_COLUMNS",
     "SAMPLE_COLUMNS",
     "TRACE_COLUMNS",
+    "TRUTH_FILE",
+    "TRUTH_FORMAT_VERSION",
     "CoLocationData",
     "DomainSource",
     "GavelData",
@@ -72,8 +77,10 @@ __all__ = [
     "read_gavel_json",
     "read_runs",
     "read_samples",
+    "read_truth",
     "synthetic",
     "validate_runs",
     "validate_samples_for_runs",
     "write_runs",
+    "write_truth",
 ]

@@ -30,7 +30,10 @@ rounding). A job of a pair that has no solo profile gets an isolated run of thro
 and co-located throughput :math:`s_k`: its unit is "fraction of isolated speed". The column
 ``unit`` says which (``samples/s`` or ``normalised``); ``model``, ``dataset``,
 ``batch_size``, ``amp`` and ``label`` (the solo profile's class, missing without one) are
-kept as columns. ``mode`` is not recorded by Lucid and is left out.
+kept as columns. ``label`` is ``int64`` when every job has a class, else ``float64`` with NaN
+for the missing ones: the dtypes a CSV is read back with, so
+:func:`~interplace.datasets.runs.write_runs` then :func:`~interplace.datasets.runs.read_dir`
+gives back equal tables. ``mode`` is not recorded by Lucid and is left out.
 
 Samples: the NVML summaries as a long table at ``t_s = 0`` per run: ``gpu_util_pct`` and
 ``mem_util_pct`` (means over ``nvidia-smi`` samples every 0.2 s, %, named like the canonical
@@ -247,7 +250,13 @@ def load_lucid(path: str | os.PathLike[str]) -> CoLocationData:
         )
     rows.extend(pair_rows)
     runs = pd.DataFrame(rows)
-    runs["label"] = pd.Series([labels.get(j) for j in runs["job"]], dtype="Int64")
+    label = [labels.get(j) for j in runs["job"]]
+    # int64, or float64 with NaN where a class is missing: what reading a CSV gives back.
+    runs["label"] = (
+        np.asarray(label, dtype=np.int64)
+        if all(v is not None for v in label)
+        else np.asarray([math.nan if v is None else float(v) for v in label], dtype=np.float64)
+    )
     runs["batch_size"] = runs["batch_size"].astype("int64")
     runs["amp"] = runs["amp"].astype(bool)
     sample_df = pd.DataFrame(samples, columns=["run_id", "t_s", "metric", "value"])

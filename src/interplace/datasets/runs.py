@@ -23,9 +23,22 @@ as they are. A missing ``mode`` value means "not known".
 The samples table
 -----------------
 Optional counters observed during the runs, as a long table with the columns ``run_id``,
-``t_s`` (seconds since the run started), ``metric`` (a name such as ``gpu_util``) and
-``value`` (may be missing), plus the optional ``device`` and ``host``. Every ``run_id`` must
-name a run of the runs table.
+``t_s`` (seconds since the run started), ``metric`` and ``value``, plus the optional
+``device``, ``host`` and ``scale`` (the share of the interval a multiplexed perf counter ran,
+so the reading is ``value / scale``; NaN where not applicable). Metric names and units are the
+canonical ones of :data:`interplace.collectors.CANONICAL_METRICS` (``gpu_util_pct``,
+``mem_util_pct``, ``pcie_rx_kbps``, ``pcie_tx_kbps``, ``host_cpu_busy_pct``...; perf events
+keep their perf names, such as ``instructions``). ``device`` is the GPU a sample was read on,
+as in the runs table, or ``"host"`` for a machine-wide counter (the convention of
+:mod:`interplace.collectors.table`); a sample whose ``device`` is missing or names no GPU of
+its run describes the whole run. Every ``run_id`` must name a run of the runs table.
+
+*Missing values.* A reading that was not obtained is either absent (no row) or a row whose
+``value`` is missing (NaN, ``None`` or ``pd.NA``), and the two mean the same thing: readers and
+:func:`validate_samples_for_runs` keep such rows, and consumers (the model's counter
+statistics, the baselines) ignore them, so dropping them, as
+:func:`interplace.collectors.validate_samples` does for the collectors' long table, changes no
+result. A ``value`` that is present must be a finite number: an infinite one is an error.
 
 Derived views
 -------------
@@ -187,15 +200,22 @@ def validate_samples_for_runs(samples: pd.DataFrame, runs: pd.DataFrame, what: s
     """Raise :class:`InputError` unless ``samples`` is a valid samples table for ``runs``.
 
     Checks: a DataFrame with the columns ``run_id``, ``t_s``, ``metric``, ``value``;
-    non-empty string ``run_id`` and ``metric``; ``t_s`` finite numbers; ``value`` numbers
-    (missing allowed: counters drop out); every ``run_id`` a run of ``runs``.
+    non-empty string ``run_id`` and ``metric``; ``t_s`` finite numbers; ``value`` finite
+    numbers or missing (NaN, ``None``, ``pd.NA``: a reading not obtained, ignored by consumers,
+    see the module docstring); every ``run_id`` a run of ``runs``.
 
     >>> runs = pd.DataFrame({"run_id": ["a"], "job": ["x"], "throughput": [1.0]})
-    >>> s = pd.DataFrame({"run_id": ["b"], "t_s": [0.0], "metric": ["gpu_util"], "value": [50.0]})
-    >>> validate_samples_for_runs(s, runs, "s.csv")
+    >>> s = pd.DataFrame({"run_id": ["a", "a"], "t_s": [0.0, 1.0],
+    ...                   "metric": ["gpu_util_pct"] * 2, "value": [50.0, float("nan")]})
+    >>> validate_samples_for_runs(s, runs, "s.csv")  # a missing value is allowed
+    >>> validate_samples_for_runs(s.assign(value=[50.0, float("inf")]), runs, "s.csv")
     Traceback (most recent call last):
     ...
-    interplace.errors.InputError: s.csv: samples row 0 has run_id 'b', not a run of the runs table
+    interplace.errors.InputError: s.csv: samples row 1 has value inf, not a finite number or missing
+    >>> validate_samples_for_runs(s.assign(run_id=["a", "b"]), runs, "s.csv")
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: s.csv: samples row 1 has run_id 'b', not a run of the runs table
     """
     if not isinstance(samples, pd.DataFrame):
         raise InputError(
@@ -215,8 +235,13 @@ def validate_samples_for_runs(samples: pd.DataFrame, runs: pd.DataFrame, what: s
     for pos, value in enumerate(values):
         if value is None or value is pd.NA:
             continue
-        if isinstance(value, bool) or not isinstance(value, int | float | np.number):
+        if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.number):
             raise InputError(f"{what}: samples row {pos} has value {value!r}, not a number")
+        if isinstance(value, float | np.floating) and math.isinf(value):
+            raise InputError(
+                f"{what}: samples row {pos} has value {float(value)!r}, not a finite number or "
+                "missing"
+            )
     known = set(runs["run_id"].tolist())
     for pos, rid in enumerate(samples["run_id"].tolist()):
         if rid not in known:
@@ -374,7 +399,7 @@ def read_samples(path: str | os.PathLike[str]) -> pd.DataFrame:
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "samples.csv"
-    >>> _ = p.write_text("run_id,t_s,metric,value\\na,0,gpu_util,\\n")
+    >>> _ = p.write_text("run_id,t_s,metric,value\\na,0,gpu_util_pct,\\n")
     >>> read_samples(p)["value"].isna().tolist()
     [True]
     """
@@ -397,8 +422,9 @@ def _one_of(directory: Path, stem: str) -> Path | None:
 def read_dir(directory: str | os.PathLike[str]) -> CoLocationData:
     """Load ``runs.csv`` or ``runs.parquet`` and, if present, ``samples.{csv,parquet}``.
 
-    The data set is named after the directory. Ground truth (``truth``) is not stored in the
-    directory format, so it is ``None``.
+    The data set is named after the directory. Ground truth (``truth``) is not part of the
+    runs format, so it is ``None``; :func:`~interplace.datasets.truth.read_truth` reads a
+    ``truth.json`` that :func:`~interplace.datasets.truth.write_truth` put beside the tables.
 
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp()) / "toy"
@@ -430,8 +456,9 @@ def write_runs(data: CoLocationData, directory: str | os.PathLike[str]) -> list[
     complete, so a failure leaves the directory as it was. A ``samples.csv`` left from earlier
     data is removed when ``data`` has no samples (it would not belong to the new runs). A
     directory holding ``runs.parquet`` or ``samples.parquet`` is refused, since
-    :func:`read_dir` could not tell which copy to read. ``truth`` is not written. Returns the
-    paths written.
+    :func:`read_dir` could not tell which copy to read. ``truth`` is not written here:
+    :func:`~interplace.datasets.truth.write_truth` stores it in the same directory. Returns
+    the paths written.
 
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())

@@ -58,10 +58,13 @@ Samples (``samples_per_run`` per run and metric, one every second): the true uti
 - ``host_cpu`` -> ``host_cpu_busy_pct`` = :math:`100 u` and ``instructions`` =
   :math:`u \cdot` :data:`INSTRUCTIONS_PER_S`
 
-A cross-GPU pair has its GPU metrics (the first four) once per GPU, with that GPU's
-``device``, from its own job alone: :math:`u_r = \min(1, d_{jr})` (a GPU's PCIe counters count
-its own link); and its host metrics once per run with ``device`` missing (NaN), from both
-jobs of the host: :math:`u = \min(1, d_{j,\mathrm{cpu}} + d_{k,\mathrm{cpu}})`.
+The GPU metrics (the first four) carry the run's GPU in ``device``; the host metrics
+(``host_cpu_busy_pct``, ``instructions``) are machine-wide and carry ``device`` =
+``"host"``, the convention of :mod:`interplace.collectors.table`, so the samples pass
+:func:`interplace.collectors.validate_samples`. A cross-GPU pair has its GPU metrics once per
+GPU, with that GPU's ``device``, from its own job alone: :math:`u_r = \min(1, d_{jr})` (a
+GPU's PCIe counters count its own link); and its host metrics once per run, from both jobs of
+the host: :math:`u = \min(1, d_{j,\mathrm{cpu}} + d_{k,\mathrm{cpu}})`.
 
 Observed value = true value + :math:`\mathcal N(0, \sigma_m^2)` with the per-metric
 :math:`\sigma_m` of :data:`DEFAULT_NOISE_METRIC` (override with ``noise_metric``); values are not
@@ -84,10 +87,17 @@ cross-GPU pair, ``()`` for an isolated run), ``cross_gpu`` (the probability aske
 ``samples`` (every generated sample before dropping: ``sample_id``, ``run_id``, ``host``,
 ``device``, ``metric``, ``t_true_s``, ``true_value``, ``dropped``; the observed samples carry
 the same ``sample_id``) and the constants ``pcie_link_kbps`` and ``instructions_per_s``.
+:func:`~interplace.datasets.truth.write_truth` stores it beside the runs and
+:func:`~interplace.datasets.truth.read_truth` reads it back.
 
 A ``topology`` (any :class:`DomainSource`, such as a :class:`~interplace.topology.Topology`)
 supplies the GPU ids runs are placed on (hosts ``"n<k>"`` for ids ``"n<k>:<i>"``, else
 ``"h0"``) and, for ``cross_gpu``, the contention domains that GPU pairs share.
+
+``mode`` (``"timeslice"`` or ``"mps"``, see :data:`~interplace.datasets.runs.MODES`) only
+labels the data: it adds a ``mode`` column with that value on every runs row and changes no
+draw (the contention law above is the same whichever way the GPU is shared). Without it
+(``None``, the default) there is no ``mode`` column.
 
 >>> data = synthetic(3, seed=0)
 >>> len(data.run_sizes()), int(data.run_sizes().eq(2).sum())  # 3 alone + 6 pairs
@@ -105,7 +115,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import pandas as pd
 
-from interplace.datasets.runs import CoLocationData
+from interplace.datasets.runs import MODES, CoLocationData
 from interplace.errors import InputError
 
 __all__ = [
@@ -155,6 +165,8 @@ DEFAULT_NOISE_METRIC: dict[str, float] = {
 _PERF = frozenset({"instructions"})
 _HOST_RESOURCES = frozenset({"host_cpu"})
 """Resources whose metrics are host-wide (emitted once per run, not per GPU)."""
+_HOST_DEVICE = "host"
+"""``device`` of machine-wide samples, as in :mod:`interplace.collectors.table`."""
 _KIND_RESOURCES: dict[str, tuple[str, ...]] = {
     "pcie_uplink": ("pcie_h2d", "pcie_d2h"),
     "host_bridge": ("pcie_h2d", "pcie_d2h"),
@@ -302,6 +314,7 @@ def synthetic(
     multiplex_frac: float = 0.2,
     samples_per_run: int = 20,
     resources: tuple[str, ...] = ("gpu_compute", "gpu_membw", "pcie_h2d", "pcie_d2h", "host_cpu"),
+    mode: str | None = None,
 ) -> CoLocationData:
     """Draw a :class:`~interplace.datasets.runs.CoLocationData` with ``truth`` filled.
 
@@ -312,7 +325,8 @@ def synthetic(
     is ignored and runs are placed on the topology's GPUs. ``cross_gpu`` in [0, 1] is the
     probability that a pair run is placed on two different GPUs that share a PCIe uplink or host
     bridge, so the pair contends only for what those GPUs share; it needs a ``topology`` with
-    such a GPU pair.
+    such a GPU pair. ``mode`` (one of :data:`~interplace.datasets.runs.MODES`) adds a ``mode``
+    column with that value on every runs row and changes nothing else; ``None`` adds none.
 
     >>> a = synthetic(4, seed=1, pairs="distinct", samples_per_run=2)
     >>> b = synthetic(4, seed=1, pairs="distinct", samples_per_run=2)
@@ -343,6 +357,17 @@ def synthetic(
     Traceback (most recent call last):
     ...
     interplace.errors.InputError: cross_gpu > 0 needs a topology to tell which GPUs share a ...
+
+    The host metrics of that run are machine-wide (``device`` ``"host"``), its GPU metrics per
+    GPU; ``mode`` labels the runs:
+
+    >>> s = d.samples.query("run_id == 'pair/job0/job1'")
+    >>> sorted(s.loc[s["metric"] == "host_cpu_busy_pct", "device"].unique())
+    ['host']
+    >>> sorted(s.loc[s["metric"] == "gpu_util_pct", "device"].unique())
+    ['0', '1']
+    >>> synthetic(2, seed=0, mode="mps").runs["mode"].unique().tolist()
+    ['mps']
     """
     _check_args(
         n_jobs,
@@ -356,6 +381,8 @@ def synthetic(
         samples_per_run,
         resources,
     )
+    if mode is not None and (not isinstance(mode, str) or mode not in MODES):
+        raise InputError(f"mode must be one of {', '.join(sorted(MODES))} or None, not {mode!r}")
     metrics = [m for r in resources for m in RESOURCES[r]]
     sigma = {m: DEFAULT_NOISE_METRIC[m] for m in metrics}
     for m, v in (noise_metric or {}).items():
@@ -463,6 +490,8 @@ def synthetic(
             "host": [gpu_hosts[g] for g in rows_gpu],
         }
     )
+    if mode is not None:
+        runs["mode"] = mode
 
     hosts = sorted(set(gpu_hosts))
     offsets = (
@@ -503,12 +532,13 @@ def synthetic(
             multiplex_frac,
         )
     name = f"synthetic(n_jobs={n_jobs}, seed={seed}"
-    name += f", cross_gpu={cross_gpu})" if cross_gpu > 0 else ")"
+    name += f", cross_gpu={cross_gpu}" if cross_gpu > 0 else ""
+    name += f", mode={mode!r})" if mode is not None else ")"
     return CoLocationData(runs, samples, name, truth)
 
 
-_Unit = tuple[int, str, str | None, str, float]
-"""One sample stream: run index, metric, device (None: host-wide), host, true utilisation."""
+_Unit = tuple[int, str, str, str, float]
+"""One sample stream: run index, metric, device (``"host"``: machine-wide), host, utilisation."""
 
 
 def _sample_units(
@@ -523,9 +553,10 @@ def _sample_units(
 ) -> list[_Unit]:
     """Every (run, metric, device) sample stream with its true utilisation, in output order.
 
-    Run by run, metric by metric (``resources`` order). A same-GPU run has one stream per metric
-    on its GPU, ``u = min(1, L_r)``; a cross-GPU pair has each GPU metric once per GPU
-    from that GPU's job alone and each host metric once with no device, from both jobs.
+    Run by run, metric by metric (``resources`` order). A same-GPU run has one stream per metric,
+    ``u = min(1, L_r)``; a cross-GPU pair has each GPU metric once per GPU from that GPU's job
+    alone and each host metric once, from both jobs. Host metrics have device ``"host"``, GPU
+    metrics the GPU's id.
     """
     util = np.minimum(1.0, loads)  # (runs, R)
     cols = [(i, m) for i, r in enumerate(resources) for m in RESOURCES[r]]
@@ -533,16 +564,24 @@ def _sample_units(
     for r in range(len(members)):
         if r not in cross:
             g = int(gpu_of_run[r])
-            units += [(r, m, gpu_ids[g], gpu_hosts[g], float(util[r, i])) for i, m in cols]
+            units += [
+                (r, m, _device(resources[i], gpu_ids[g]), gpu_hosts[g], float(util[r, i]))
+                for i, m in cols
+            ]
             continue
         gpu_a, gpu_b, _ = cross[r]
         for i, m in cols:
             if resources[i] in _HOST_RESOURCES:
-                units.append((r, m, None, gpu_hosts[gpu_a], float(util[r, i])))
+                units.append((r, m, _HOST_DEVICE, gpu_hosts[gpu_a], float(util[r, i])))
                 continue
             for j, g in zip(members[r], (gpu_a, gpu_b), strict=True):
                 units.append((r, m, gpu_ids[g], gpu_hosts[g], float(min(1.0, demand[j, i]))))
     return units
+
+
+def _device(resource: str, gpu: str) -> str:
+    """``device`` of a sample of ``resource`` taken on ``gpu``: ``"host"`` if machine-wide."""
+    return _HOST_DEVICE if resource in _HOST_RESOURCES else gpu
 
 
 def _samples(
