@@ -27,8 +27,18 @@ DETECTED = {
 }
 
 
+def fixture_files() -> set[str]:
+    """Every fixture file, subdirectories included, as a path relative to FIXTURES."""
+    return {
+        p.relative_to(FIXTURES).as_posix()
+        for p in FIXTURES.rglob("*")
+        if p.is_file() and p.name != "README.md"
+    }
+
+
 def test_every_fixture_is_covered() -> None:
-    files = {p.name for p in FIXTURES.iterdir() if p.name != "README.md"}
+    # the hand-written fixtures at the top; real captures (real/) in test_real_captures.py
+    files = {f for f in fixture_files() if "/" not in f}
     assert files == set(DETECTED) | {"nvsmi_query_noheader.csv"}
 
 
@@ -36,8 +46,7 @@ def test_every_fixture_is_listed_in_the_readme_with_its_source() -> None:
     readme = (FIXTURES / "README.md").read_text()
     rows = [line for line in readme.splitlines() if line.startswith("| `")]
     listed = {row.split("`")[1]: row for row in rows}
-    files = {p.name for p in FIXTURES.iterdir() if p.name != "README.md"}
-    assert files == set(listed)
+    assert fixture_files() == set(listed)
     for name, row in listed.items():
         source = row.rsplit("|", 2)[-2]
         assert "https://" in source or "same as `" in source, name

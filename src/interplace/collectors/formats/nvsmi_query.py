@@ -8,7 +8,8 @@ names the queried fields, with the unit in brackets where there is one::
     timestamp, index, utilization.gpu [%], memory.used [MiB], power.draw [W]
     2024/05/01 12:00:00.123, 0, 45 %, 1234 MiB, 250.00 W
 
-``nounits`` drops the units from the values (not from the header). A value nvidia-smi cannot
+``nounits`` drops the units from the values (not from the header). Field names may have
+camelCase parts (``pci.baseClass``, ``encoder.stats.sessionCount``). A value nvidia-smi cannot
 read is printed in brackets (``[N/A]``, ``[Not Supported]``, ``[Unknown Error]``...): that value
 is skipped and its metric listed in ``df.attrs["unsupported"]``. A repeated header line (files
 concatenated) is skipped.
@@ -90,7 +91,9 @@ _IDENTITY = frozenset(
         "inforom.img", "inforom.oem", "inforom.ecc", "inforom.pwr", "compute_cap",
     }
 )  # fmt: skip
-_HEADER_CELL = re.compile(r"^([a-z][a-z0-9_]*(?:\.[a-z0-9_]+)*)(?:\s*\[([^\]]*)\])?$")
+# field names are lower-case dotted words, but some have camelCase parts
+# (pci.baseClass, encoder.stats.sessionCount, fabric.cliqueId, ...)
+_HEADER_CELL = re.compile(r"^([a-z][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)(?:\s*\[([^\]]*)\])?$")
 _VALUE = re.compile(r"^([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z%/]+)?$")
 _TS_FORMATS = ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S")
 
@@ -121,6 +124,8 @@ def sniff(text: str) -> bool:
     True
     >>> sniff("2024/05/01 12:00:00.000, 0, 3 %\\n")
     False
+    >>> sniff("timestamp, index, encoder.stats.sessionCount\\n2024/05/01 12:00:00.000, 0, 0\\n")
+    True
     """
     ls = lines(text)
     return bool(ls) and _header(_cells(ls[0][1])) is not None

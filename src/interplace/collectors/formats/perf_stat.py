@@ -13,7 +13,8 @@ counter per interval::
 CPUs aggregated. Counter
 values ``<not counted>`` and ``<not supported>`` are skipped and the event listed in
 ``df.attrs["unsupported"]``; lines starting with ``#`` (``# started on ...``), and the extra
-derived-metric lines whose counter fields are empty, are skipped. Only ``-x,`` is read, and
+derived-metric lines whose counter fields are empty, are skipped; so are the ``--summary``
+lines (time field ``summary``: whole-run totals, not an interval). Only ``-x,`` is read, and
 only with ``-I`` (the first field must be the interval time stamp).
 
 Mapping
@@ -71,6 +72,17 @@ def _split(line: str) -> tuple[float, str, list[str]] | None:
     return t, dev, rest
 
 
+def _is_summary(line: str) -> bool:
+    """A ``perf stat --summary`` line: ``summary`` in the time field, the whole-run totals.
+
+    >>> _is_summary("   summary,218,,context-switches,8012753271,100.00,0.027,K/sec")
+    True
+    >>> _is_summary("1.001196053,218,,context-switches,8012753271,100.00,0.027,K/sec")
+    False
+    """
+    return line.split(",", 1)[0].strip() == "summary"
+
+
 def _is_counter(rest: list[str]) -> bool:
     return (
         (rest[0] in _NOT_COUNTED or parse_float(rest[0]) is not None)
@@ -87,7 +99,7 @@ def sniff(text: str) -> bool:
     >>> sniff("123,,cycles,1000,100.00,,\\n")  # no -I time stamp
     False
     """
-    data = [ln for _, ln in lines(text) if not ln.startswith("#")][:5]
+    data = [ln for _, ln in lines(text) if not ln.startswith("#") and not _is_summary(ln)][:5]
     if not data:
         return False
     for ln in data:
@@ -112,6 +124,8 @@ def parse(text: str, host: str = "localhost") -> pd.DataFrame:
     if not data:
         raise InputError("perf stat output has no counter lines")
     for line_no, line in data:
+        if _is_summary(line):
+            continue  # not an interval: the totals perf prints after the last one
         parts = _split(line)
         if parts is not None and not any(parts[2][:3]):
             continue  # an extra derived-metric line: all counter fields empty
