@@ -1,7 +1,7 @@
 """Held-out accuracy, calibration, counter denoising and fit time of the interference model.
 
 Run: ``python benchmarks/accuracy.py [--seeds 0 1 2] [--lucid ../shared/datasets/lucid]
-[--out results.json]``
+[--out results.json] [--parts gavel lucid denoise]``
 
 For every data set and split it fits the model once per seed (the seed picks both the split
 and the fit) and reports, per seed and as the median over seeds: the model's held-out MAE,
@@ -171,6 +171,13 @@ def main() -> None:
     ap.add_argument("--lucid", type=Path, default=Path("../shared/datasets/lucid"))
     ap.add_argument("--out", type=Path)
     ap.add_argument(
+        "--parts",
+        nargs="+",
+        choices=("gavel", "lucid", "denoise"),
+        default=["gavel", "lucid", "denoise"],
+        help="which parts to run (default: all)",
+    )
+    ap.add_argument(
         "--cold-breakdown",
         action="store_true",
         help="only print the Lucid cold-start MAE split by which side is cold (first seed)",
@@ -180,16 +187,17 @@ def main() -> None:
         print(json.dumps(cold_breakdown(load_lucid(args.lucid), args.seeds[0]), indent=2))
         return
     results: dict[str, Any] = {"seeds": args.seeds, "splits": []}
-    for gpu in ("v100", "p100", "k80"):
+    for gpu in ("v100", "p100", "k80") if "gavel" in args.parts else ():
         results["splits"].append(split_results(load_gavel(gpu).data, "random", args.seeds))
-    if args.lucid.is_dir():
+    if "lucid" in args.parts and args.lucid.is_dir():
         lucid = load_lucid(args.lucid)
         for kind in ("random", "cold"):
             results["splits"].append(split_results(lucid, kind, args.seeds))
         results["fit_time_lucid"] = fit_time(lucid, len(args.seeds))
-    else:
+    elif "lucid" in args.parts:
         print(f"  {args.lucid} not found: Lucid skipped", file=sys.stderr)
-    results["denoise"] = denoise(args.seeds)
+    if "denoise" in args.parts:
+        results["denoise"] = denoise(args.seeds)
     text = json.dumps(results, indent=2)
     if args.out:
         args.out.write_text(text + "\n")

@@ -20,6 +20,7 @@ from interplace.collectors.nvml import PynvmlSampler
 from interplace.collectors.sampler import partial_path
 from interplace.collectors.table import read_samples
 from tests.collectors.test_nvml import FakeNvml
+from tests.collectors.toys import TOY_JOB, alive
 
 # the modules, not the functions of the same names that interplace.collectors exports
 collect_module = importlib.import_module("interplace.collectors.collect")
@@ -35,20 +36,6 @@ pathlib.Path(sys.argv[1]).write_text(str(os.getpid()))
 time.sleep(30)
 """
 
-# A job following the profile protocol: one step per 10 ms.
-_TOY = """
-import os, sys, time
-print("INTERPLACE_UNIT steps", flush=True)
-if os.environ.get("INTERPLACE_WAIT_GO") == "1":
-    sys.stdin.readline()
-end = time.monotonic() + float(sys.argv[1])
-n = 0
-print(f"INTERPLACE_PROGRESS {time.monotonic()!r} 0", flush=True)
-while time.monotonic() < end:
-    time.sleep(0.01)
-    n += 1
-    print(f"INTERPLACE_PROGRESS {time.monotonic()!r} {n}", flush=True)
-"""
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -56,14 +43,6 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     out, err = capsys.readouterr()
     return code, out, err
 
-
-def _alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie, dead but not yet reaped, counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _fake_gpus_without_pcie_counters() -> FakeNvml:
@@ -99,7 +78,7 @@ def test_sigterm_to_collect_stops_the_command_and_writes_the_table(
             cli.wait()
     assert cli.returncode == 128 + signal.SIGTERM, err
     assert "terminated by SIGTERM" in err and "Traceback" not in err
-    assert not _alive(int(pid_file.read_text()))
+    assert not alive(int(pid_file.read_text()))
     assert len(read_samples(out)) > 0
     assert not partial_path(out).exists()
 
@@ -143,7 +122,7 @@ def test_collect_notes_unsupported_gpu_metrics_once(
 def _toy_spec(tmp_path: Path) -> Path:
     spec = tmp_path / "jobs.json"
     spec.write_text(
-        json.dumps([{"name": "toy", "command": [sys.executable, "-c", _TOY, "{seconds}"]}])
+        json.dumps([{"name": "toy", "command": [sys.executable, "-c", TOY_JOB, "{seconds}"]}])
     )
     return spec
 

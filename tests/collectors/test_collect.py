@@ -19,6 +19,7 @@ from interplace.collectors.host import HostSampler
 from interplace.collectors.sampler import partial_path, read_partial
 from interplace.collectors.table import read_samples
 from interplace.errors import InputError
+from tests.collectors.toys import alive
 
 # the module, not the function of the same name that interplace.collectors exports
 collect_module = importlib.import_module("interplace.collectors.collect")
@@ -77,14 +78,6 @@ time.sleep(30)
 """
 
 
-def _alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie, dead but not yet reaped, counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
 
 def _kill_self_once(ready: Callable[[], bool], times: int = 1) -> threading.Thread:
     """SIGTERM this process ``times`` times once ``ready()``."""
@@ -132,7 +125,7 @@ def test_sigterm_stops_the_command_and_keeps_the_samples(
     assert sigterm_guard == []  # our handler was replaced while collect() ran ...
     assert signal.getsignal(signal.SIGTERM) is before  # ... and is back
     assert r.terminated and r.stopped and r.returncode == -signal.SIGTERM
-    assert not _alive(int(pid_file.read_text()))
+    assert not alive(int(pid_file.read_text()))
     df = read_samples(out)  # committed: everything sampled up to the signal
     assert r.summary.rows == len(df) > 0
     assert not partial_path(out).exists()
@@ -163,7 +156,7 @@ def test_second_sigterm_raises_and_leaves_a_readable_partial(
         killer.join()
     assert time.monotonic() - start < 4.0
     assert sigterm_guard == []
-    assert not _alive(int(pid_file.read_text()))
+    assert not alive(int(pid_file.read_text()))
     assert not out.exists()
     assert len(read_partial(out)) > 0
 

@@ -20,21 +20,7 @@ from interplace.collectors.profile import (
 )
 from interplace.datasets import read_dir
 from interplace.errors import InputError
-
-# A user job following the protocol: one step per 10 ms sleep, so at most 100 steps/s.
-_TOY = """
-import os, sys, time
-print("INTERPLACE_UNIT steps", flush=True)
-if os.environ.get("INTERPLACE_WAIT_GO") == "1":
-    sys.stdin.readline()
-end = time.monotonic() + float(sys.argv[1])
-n = 0
-print(f"INTERPLACE_PROGRESS {time.monotonic()!r} 0", flush=True)
-while time.monotonic() < end:
-    time.sleep(0.01)
-    n += 1
-    print(f"INTERPLACE_PROGRESS {time.monotonic()!r} {n}", flush=True)
-"""
+from tests.collectors.toys import TOY_JOB
 
 
 def _py(name: str, script: str) -> WorkloadSpec:
@@ -114,7 +100,8 @@ def test_profile_alone_and_in_pairs(tmp_path: Path) -> None:
     # Toy jobs keep this fast; the built-in workloads go through profile in
     # tests/test_cli.py::test_profile_on_cpu_writes_a_runs_dataset and speak the protocol in
     # test_workloads.py.
-    jobs = [_py("a", _TOY), _py("b", _TOY.replace("INTERPLACE_UNIT steps", "INTERPLACE_UNIT x"))]
+    other_unit = TOY_JOB.replace("INTERPLACE_UNIT steps", "INTERPLACE_UNIT x")
+    jobs = [_py("a", TOY_JOB), _py("b", other_unit)]
     result = profile(jobs, tmp_path / "prof", warmup_s=0.1, measure_s=0.2, device="cpu")
     assert result.out == tmp_path / "prof" and result.runs == 5
     assert result.unsupported == frozenset()
@@ -136,7 +123,7 @@ def test_profile_alone_and_in_pairs(tmp_path: Path) -> None:
 def test_profile_user_job_from_json(tmp_path: Path) -> None:
     spec = tmp_path / "jobs.json"
     spec.write_text(json.dumps([{"name": "toy",
-                                 "command": [sys.executable, "-c", _TOY, "{seconds}"]}]))
+                                 "command": [sys.executable, "-c", TOY_JOB, "{seconds}"]}]))
     result = profile(parse_workloads(str(spec)), tmp_path / "o", warmup_s=0.2, measure_s=0.5,
                      device="cpu", pairs=False)
     runs = read_dir(result.out).runs
@@ -164,7 +151,7 @@ time.sleep(30)
 
 def test_crashing_workload_is_named_and_nothing_written(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"'bad' crashed \(exit code 3\): boom"):
-        profile([_py("ok", _TOY), _py("bad", _CRASH)], tmp_path / "o", warmup_s=0.1,
+        profile([_py("ok", TOY_JOB), _py("bad", _CRASH)], tmp_path / "o", warmup_s=0.1,
                 measure_s=0.2, device="cpu", backends=[HostSampler()])
     assert not (tmp_path / "o" / "runs.csv").exists()
 
@@ -183,17 +170,17 @@ def test_mps_refused_without_daemon(tmp_path: Path) -> None:
     if mps_unavailable_reason() is None:
         pytest.skip("an MPS daemon is running here")
     with pytest.raises(InputError, match="mode 'mps' is unavailable"):
-        profile([_py("toy", _TOY)], tmp_path, modes=("timeslice", "mps"), device="cuda")
+        profile([_py("toy", TOY_JOB)], tmp_path, modes=("timeslice", "mps"), device="cuda")
     with pytest.raises(InputError, match="needs device 'cuda'"):
-        profile([_py("toy", _TOY)], tmp_path, modes=("mps",), device="cpu")
+        profile([_py("toy", TOY_JOB)], tmp_path, modes=("mps",), device="cpu")
     with pytest.raises(InputError, match="unknown mode 'spatial'"):
-        profile([_py("toy", _TOY)], tmp_path, modes=("spatial",), device="cpu")
+        profile([_py("toy", TOY_JOB)], tmp_path, modes=("spatial",), device="cpu")
     assert not (tmp_path / "runs.csv").exists()
 
 
 def _started(marker: Path) -> WorkloadSpec:
     """A workload that leaves ``marker`` behind if it is ever started."""
-    return _py("m", f"open({str(marker)!r}, 'w').close()\n" + _TOY)
+    return _py("m", f"open({str(marker)!r}, 'w').close()\n" + TOY_JOB)
 
 
 def test_output_directory_is_checked_before_any_workload_runs(tmp_path: Path) -> None:
@@ -212,7 +199,7 @@ def test_output_directory_is_checked_before_any_workload_runs(tmp_path: Path) ->
     # an existing empty directory is fine, and nested new directories are created
     (tmp_path / "empty").mkdir()
     for out in (tmp_path / "empty", tmp_path / "new" / "deeper"):
-        result = profile([_py("toy", _TOY)], out, warmup_s=0.1, measure_s=0.2, device="cpu",
+        result = profile([_py("toy", TOY_JOB)], out, warmup_s=0.1, measure_s=0.2, device="cpu",
                          pairs=False, backends=[HostSampler()])
         assert (result.out / "runs.csv").is_file()
 
@@ -222,7 +209,7 @@ import os, sys
 with open(sys.argv[2], "w") as f:
     f.write(os.environ.get("CUDA_DEVICE_ORDER", "") + " "
             + os.environ.get("CUDA_VISIBLE_DEVICES", ""))
-""" + _TOY
+""" + TOY_JOB
 
 
 def test_cuda_runs_name_the_gpu_as_the_samples_do(tmp_path: Path,

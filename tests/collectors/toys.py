@@ -1,0 +1,29 @@
+"""Small child processes shared by the collector tests (no GPU, no torch)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+TOY_JOB = """
+import os, sys, time
+print("INTERPLACE_UNIT steps", flush=True)
+if os.environ.get("INTERPLACE_WAIT_GO") == "1":
+    sys.stdin.readline()
+end = time.monotonic() + float(sys.argv[1])
+n = 0
+print(f"INTERPLACE_PROGRESS {time.monotonic()!r} 0", flush=True)
+while time.monotonic() < end:
+    time.sleep(0.01)
+    n += 1
+    print(f"INTERPLACE_PROGRESS {time.monotonic()!r} {n}", flush=True)
+"""
+"""A job following the profile protocol: one step per 10 ms sleep, so at most 100 steps/s."""
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, dead but not yet reaped, counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
