@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from interplace.datasets import CoLocationData, load_gavel, load_lucid, synthetic
-from interplace.model import Query, cold_split, colocated_rows, evaluate, fit
+from interplace.model import cold_split, colocated_rows, evaluate, fit, row_queries
 
 
 def split_results(data: CoLocationData, kind: str, seeds: list[int]) -> dict[str, Any]:
@@ -130,10 +130,7 @@ def cold_breakdown(data: CoLocationData, seed: int) -> dict[str, Any]:
     """Held-out MAE of the cold split by side: the cold job's own speed, or a warm job's."""
     train, test, cold = cold_split(data, cold_jobs=8, seed=seed)
     model = fit(train, seed=seed)
-    queries = [
-        Query(j, tuple(c.split("+"))) for j, c in zip(test["job"], test["co_runner"], strict=True)
-    ]
-    mean = model.posterior_speed(queries, seed=seed).mean
+    mean = model.posterior_speed(row_queries(test), seed=seed).mean
     rows = colocated_rows(train)
     per_job = rows.groupby("job")["speed"].mean()
     base = test["job"].map(per_job).fillna(float(rows["speed"].mean())).to_numpy()

@@ -13,10 +13,14 @@ from interplace.datasets import CoLocationData, synthetic
 from interplace.errors import InputError
 from interplace.model import (
     DEFAULT_RESOURCES,
+    InterferenceModel,
     baselines,
+    best_baseline,
     cold_split,
     colocated_rows,
     holdout_split,
+    row_queries,
+    score,
     shared_resources,
 )
 from interplace.model._data import counters_from_samples, observations_from_runs
@@ -183,3 +187,21 @@ def test_fit_leaves_torch_thread_count_as_it_was() -> None:
     before = torch.get_num_threads()
     fit(synthetic(3, seed=0, samples_per_run=2), seed=0, steps=50, min_steps=50)
     assert torch.get_num_threads() == before
+
+
+def test_score_reuses_a_given_posterior_and_checks_its_length(
+    small_data: CoLocationData, small_model: InterferenceModel
+) -> None:
+    test = colocated_rows(small_data)
+    post = small_model.posterior_speed(row_queries(test), seed=7)
+    # The same draws, handed over or drawn again with the same seed, give the same score.
+    assert score(small_model, test, posterior=post) == score(small_model, test, seed=7)
+    assert score(small_model, test, seed=8) != score(small_model, test, seed=7)
+    with pytest.raises(InputError, match=r"posterior has \d+ queries for \d+ rows"):
+        score(small_model, test.iloc[:3], posterior=post)
+
+
+def test_best_baseline_skips_missing_and_exact_baselines() -> None:
+    base = {"a": {"mae": 0.3}, "b": {"mae": None}, "c": {"mae": 0.1}}
+    assert best_baseline(base, 0.05) == ("c", pytest.approx(0.5))
+    assert best_baseline({"a": {"mae": 0.0}}, 0.05) == ("a", None)

@@ -122,10 +122,12 @@ True
 from interplace.model._data import DEFAULT_RESOURCES, METRIC_FULL_SCALE, METRIC_RESOURCE
 from interplace.model._evaluate import (
     baselines,
+    best_baseline,
     cold_split,
     colocated_rows,
     evaluate,
     holdout_split,
+    row_queries,
     score,
     solo_gpu_util,
 )
@@ -145,11 +147,13 @@ __all__ = [
     "Query",
     "SpeedPosterior",
     "baselines",
+    "best_baseline",
     "cold_split",
     "colocated_rows",
     "evaluate",
     "fit",
     "holdout_split",
+    "row_queries",
     "score",
     "shared_resources",
     "solo_gpu_util",

@@ -13,15 +13,17 @@ from interplace.datasets.runs import CoLocationData
 from interplace.errors import InputError
 from interplace.model._data import select_mode, subset_runs
 from interplace.model._fit import fit
-from interplace.model._fitted import InterferenceModel, Query
+from interplace.model._fitted import InterferenceModel, Query, SpeedPosterior
 from interplace.topology import Topology
 
 __all__ = [
     "baselines",
+    "best_baseline",
     "cold_split",
     "colocated_rows",
     "evaluate",
     "holdout_split",
+    "row_queries",
     "score",
     "solo_gpu_util",
 ]
@@ -173,12 +175,43 @@ def baselines(train: CoLocationData, test: pd.DataFrame) -> dict[str, dict[str, 
     return out
 
 
-def score(model: InterferenceModel, test: pd.DataFrame, *, seed: int = 0) -> dict[str, Any]:
-    """MAE, 90% interval coverage and mean interval width of ``model`` on ``test`` rows."""
-    queries = [
-        Query(j, tuple(c.split("+"))) for j, c in zip(test["job"], test["co_runner"], strict=True)
+def row_queries(rows: pd.DataFrame) -> list[Query]:
+    """One :class:`Query` per row of :func:`colocated_rows` (co-runners split at ``+``)."""
+    return [
+        Query(j, tuple(c.split("+"))) for j, c in zip(rows["job"], rows["co_runner"], strict=True)
     ]
-    post = model.posterior_speed(queries, seed=seed)
+
+
+def best_baseline(base: dict[str, dict[str, Any]], mae: float) -> tuple[str, float | None]:
+    """The baseline of :func:`baselines` with the lowest MAE, and ``mae`` over its MAE.
+
+    The ratio is None when that baseline is exact (MAE 0).
+
+    >>> best_baseline({"a": {"mae": 0.2}, "b": {"mae": 0.1}, "c": {"mae": None}}, 0.05)
+    ('b', 0.5)
+    """
+    available = {k: v["mae"] for k, v in base.items() if v["mae"] is not None}
+    best = min(available, key=lambda k: available[k])
+    return best, (mae / available[best] if available[best] > 0 else None)
+
+
+def score(
+    model: InterferenceModel,
+    test: pd.DataFrame,
+    *,
+    seed: int = 0,
+    posterior: SpeedPosterior | None = None,
+) -> dict[str, Any]:
+    """MAE, 90% interval coverage and mean interval width of ``model`` on ``test`` rows.
+
+    ``posterior`` (of :func:`row_queries` of ``test``) is used when given instead of drawing
+    a new one.
+    """
+    post = posterior
+    if post is None:
+        post = model.posterior_speed(row_queries(test), seed=seed)
+    if post.speed.shape[1] != len(test):
+        raise InputError(f"posterior has {post.speed.shape[1]} queries for {len(test)} rows")
     y = test["speed"].to_numpy(dtype=float)
     lo, hi = post.q05, post.q95
     return {
@@ -226,13 +259,12 @@ def evaluate(
     result = score(model, test, seed=seed)
     result.update({"fit_seconds": fit_s, "steps": model.info["steps"]})
     base = baselines(train, test)
-    available = {k: v["mae"] for k, v in base.items() if v["mae"] is not None}
-    best = min(available, key=lambda k: available[k])
+    best, ratio = best_baseline(base, result["mae"])
     return {
         "data": data.name,
         "split": split,
         "model": result,
         "baselines": base,
         "best_baseline": best,
-        "mae_ratio_to_best": result["mae"] / available[best] if available[best] > 0 else None,
+        "mae_ratio_to_best": ratio,
     }

@@ -24,6 +24,7 @@ from interplace.model._net import (
     Hyper,
     counter_mean,
     log_speed,
+    pressure,
     sensitivity,
 )
 
@@ -275,7 +276,7 @@ class InterferenceModel:
         """
         qs = list(queries)
         d = self.draws(num_samples, seed)
-        pressure = (d["log_demand"] + d["log_intensity"]).exp()
+        press = pressure(d["log_demand"], d["log_intensity"])
         sens = sensitivity(
             d["log_demand"], d["sens_eps"], d["sens_loc"], d["sens_slope"], d["sens_scale"]
         )
@@ -292,7 +293,7 @@ class InterferenceModel:
             if not part:
                 break
             job, co, share = self._encode(part)
-            ls = log_speed(pressure, sens, d["threshold"], job, co, share.to(torch.float64))
+            ls = log_speed(press, sens, d["threshold"], job, co, share.to(torch.float64))
             # Speeds are relative to the job's recorded isolated throughput, whose error
             # (beta_j) every speed of the job shares, alone or not.
             chunks.append(ls + d["iso_bias"].index_select(-1, job))

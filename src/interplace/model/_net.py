@@ -22,6 +22,7 @@ __all__ = [
     "InterferenceNet",
     "counter_mean",
     "log_speed",
+    "pressure",
     "sensitivity",
 ]
 
@@ -106,8 +107,16 @@ def sensitivity(
     return torch.exp(a + b * log_demand + tau * sens_eps)
 
 
+def pressure(log_demand: torch.Tensor, log_intensity: torch.Tensor) -> torch.Tensor:
+    """Pressure on each resource, :math:`p_{jr} = d_{jr} e^{\\eta_{jr}}`, shape ``(..., J, R)``.
+
+    Both inputs are ``(..., J, R)``: the log demand the counters read and the log intensity.
+    """
+    return (log_demand + log_intensity).exp()
+
+
 def log_speed(
-    demand: torch.Tensor,
+    pressure: torch.Tensor,
     sens: torch.Tensor,
     threshold: torch.Tensor,
     job: torch.Tensor,
@@ -116,23 +125,23 @@ def log_speed(
 ) -> torch.Tensor:
     """Log speed of each queried job next to its co-runners, shape ``(..., N)``.
 
-    ``demand``: the pressure :math:`p` (demand times intensity), ``sens``: ``(..., J, R)``;
-    ``threshold``: ``(..., R)``; ``job``: ``(N,)``;
-    ``co``: ``(N, K)`` indices in ``0..J`` (``J`` = padding, zero demand); ``share``:
+    ``pressure`` (:func:`pressure`), ``sens``: ``(..., J, R)``; ``threshold``: ``(..., R)``;
+    ``job``: ``(N,)``; ``co``: ``(N, K)`` indices in ``0..J`` (``J`` = padding, zero pressure);
+    ``share``:
     ``(N, K, R)`` 0/1. Implements
 
     .. math:: \\log v_n = -\\sum_r \\log\\bigl(1 + s_{jr}\\, [\\,\\mathrm{sp}(p_{jr} + L_{nr}
               - \\theta_r) - \\mathrm{sp}(p_{jr} - \\theta_r)\\,]\\bigr),
               \\quad L_{nr} = \\sum_k \\mathrm{share}_{nkr}\\, p_{c_{nk} r}.
     """
-    batch = demand.shape[:-2]
-    n_res = demand.shape[-1]
-    pad = torch.zeros(*batch, 1, n_res, dtype=demand.dtype, device=demand.device)
-    d_pad = torch.cat([demand, pad], dim=-2)
+    batch = pressure.shape[:-2]
+    n_res = pressure.shape[-1]
+    pad = torch.zeros(*batch, 1, n_res, dtype=pressure.dtype, device=pressure.device)
+    d_pad = torch.cat([pressure, pad], dim=-2)
     n, k = co.shape
     d_co = d_pad.index_select(-2, co.reshape(-1)).reshape(*batch, n, k, n_res)
     load = (d_co * share).sum(-2)  # (..., N, R)
-    d_j = demand.index_select(-2, job)  # (..., N, R)
+    d_j = pressure.index_select(-2, job)  # (..., N, R)
     s_j = sens.index_select(-2, job)
     th = threshold.unsqueeze(-2)
     excess = _softplus(d_j + load - th) - _softplus(d_j - th)
@@ -228,8 +237,9 @@ class InterferenceNet(PyroModule):
         demand = log_demand.exp()
         sens = sensitivity(log_demand, sens_eps, sens_loc, sens_slope, sens_scale)
         if job.shape[0] > 0:
-            pressure = (log_demand + log_intensity).exp()
-            loc = log_speed(pressure, sens, threshold, job, co, share) + iso_bias.index_select(
+            loc = log_speed(
+                pressure(log_demand, log_intensity), sens, threshold, job, co, share
+            ) + iso_bias.index_select(
                 -1, job
             )
             with pyro.plate("observations", job.shape[0], dim=-1):
