@@ -489,6 +489,125 @@ def test_snapshot_unknown_busid(sysfs: Path, tmp_path: Path) -> None:
         snapshot_sysfs(sysfs, ["0000:3b:00.0"], tmp_path / "snap")
 
 
+def _fail_on_call(monkeypatch: pytest.MonkeyPatch, owner: Any, attr: str, nth: int,
+                  exc: BaseException) -> list[int]:
+    """Make ``owner.attr`` raise ``exc`` on its ``nth`` call; returns the call counter."""
+    real = getattr(owner, attr)
+    calls = [0]
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == nth:
+            raise exc
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, attr, wrapper)
+    return calls
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+# A failure after some files (or links) are written: the disk fills up, or the user interrupts.
+MIDWAY_FAILURES = [
+    pytest.param(Path, "write_text", OSError(28, "No space left on device"), id="write-enospc"),
+    pytest.param(os, "symlink", OSError(13, "Permission denied"), id="symlink-eacces"),
+    pytest.param(Path, "write_text", KeyboardInterrupt(), id="write-interrupted"),
+]
+
+
+@pytest.mark.parametrize(("owner", "attr", "exc"), MIDWAY_FAILURES)
+@pytest.mark.parametrize("dest_rel", ["snap", "new/deeper/snap", "empty"])
+def test_snapshot_failing_midway_leaves_nothing(sysfs: Path, nvml: ReplayBackend,
+                                                tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                owner: Any, attr: str, exc: BaseException,
+                                                dest_rel: str) -> None:
+    busids = [nvml.pci_bus_id(i) for i in range(nvml.device_count())]
+    (tmp_path / "empty").mkdir()
+    before = _tree(tmp_path)
+    calls = _fail_on_call(monkeypatch, owner, attr, 5, exc)
+    expected = InputError if isinstance(exc, OSError) else type(exc)
+    with pytest.raises(expected) as info:
+        snapshot_sysfs(sysfs, busids, tmp_path / dest_rel)
+    assert calls[0] == 5  # it failed midway, after four successful calls
+    if expected is InputError:
+        assert f"cannot write sysfs snapshot in {tmp_path / dest_rel}" in str(info.value)
+        assert "\n" not in str(info.value)
+    monkeypatch.undo()
+    # no partial copy, no hidden scratch directory beside it, no parent it created
+    assert _tree(tmp_path) == before
+    # and the same call then succeeds
+    snapshot_sysfs(sysfs, busids, tmp_path / dest_rel)
+    assert discover(nvml, sysfs_root=tmp_path / dest_rel).to_json()["gpus"] == discover(
+        nvml, sysfs_root=sysfs).to_json()["gpus"]
+
+
+def test_snapshot_holds_what_discovery_read(sysfs: Path, nvml: ReplayBackend, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # GPU 1 changes link speed between the scan and the copy (a GPU leaving its idle state):
+    # the snapshot keeps the reading the scan saw, so it replays to the same topology.
+    from interplace.topology import discover as module
+
+    source = discover(nvml, sysfs_root=sysfs, name="box")
+    real_scan = module._scan_sysfs
+
+    def scan_then_change(*args: Any) -> Any:
+        view = real_scan(*args)
+        (sysfs / GPU1 / "current_link_speed").write_text("2.5 GT/s PCIe\n")
+        (sysfs / GPU1 / "current_link_width").write_text("1\n")
+        return view
+
+    monkeypatch.setattr(module, "_scan_sysfs", scan_then_change)
+    snapshot_sysfs(sysfs, [nvml.pci_bus_id(i) for i in range(3)], tmp_path / "snap")
+    assert (tmp_path / "snap" / GPU1 / "current_link_width").read_text() == "8\n"
+    def body(topo: Any) -> list[Any]:
+        return sorted(topo.graph.edges(data=True))
+
+    assert body(discover(nvml, sysfs_root=tmp_path / "snap", name="box")) == body(source)
+    assert body(discover(nvml, sysfs_root=sysfs, name="box")) != body(source)  # sysfs did change
+
+
+def test_snapshot_directory_mode(sysfs: Path, tmp_path: Path) -> None:
+    # built in a scratch directory and renamed, it has the mode a plain mkdir gives
+    snapshot_sysfs(sysfs, ["0000:1b:00.0"], tmp_path / "snap")
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert (tmp_path / "snap").stat().st_mode & 0o777 == 0o777 & ~umask
+
+
+def test_snapshot_into_empty_dir_and_onto_a_file(sysfs: Path, tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    snapshot_sysfs(sysfs, ["0000:1b:00.0"], tmp_path / "empty")
+    assert (tmp_path / "empty/bus/pci/devices/0000:1b:00.0").is_symlink()
+    (tmp_path / "file").write_text("keep")
+    with pytest.raises(InputError, match="not an empty directory"):
+        snapshot_sysfs(sysfs, ["0000:1b:00.0"], tmp_path / "file")
+    assert (tmp_path / "file").read_text() == "keep"
+    assert sorted(os.listdir(tmp_path)) == ["empty", "file", "sys"]
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_record_discovery_failing_leaves_nothing(sysfs: Path, nvml: ReplayBackend,
+                                                 tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 existing: bool) -> None:
+    dest = tmp_path / "runs" / "rec"
+    if existing:
+        dest.mkdir(parents=True)
+        (dest / "notes.txt").write_text("mine")
+    before = _tree(tmp_path)
+    # the sysfs copy fails midway, then (second case) the NVML file cannot be written
+    _fail_on_call(monkeypatch, os, "symlink", 3, OSError(28, "No space left on device"))
+    with pytest.raises(InputError, match="cannot write sysfs snapshot"):
+        record_discovery(dest, nvml, sysfs_root=sysfs)
+    assert _tree(tmp_path) == before
+    monkeypatch.undo()
+    _fail_on_call(monkeypatch, json, "dumps", 1, KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        record_discovery(dest, nvml, sysfs_root=sysfs)
+    assert _tree(tmp_path) == before
+
+
 def test_record_and_replay_discovery(sysfs: Path, nvml: ReplayBackend, tmp_path: Path,
                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("socket.gethostname", lambda: "gpubox")

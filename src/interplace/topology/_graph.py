@@ -28,7 +28,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 import networkx as nx
 
@@ -195,6 +195,20 @@ class Domain:
         }
 
 
+#: One domain a route passes: (name, kind, bandwidth, the GPU id when only that GPU uses it).
+_Entry = tuple[str, DomainKind, float | None, str | None]
+
+
+class _Halves(NamedTuple):
+    """A GPU's route to the network and back, as the domains met on the way."""
+
+    nic: str
+    out_edges: list[_Entry]
+    out_nodes: list[_Entry]
+    in_edges: list[_Entry]
+    in_nodes: list[_Entry]
+
+
 class Topology:
     """An immutable machine (or cluster) description wrapping a networkx graph.
 
@@ -247,6 +261,7 @@ class Topology:
             if count > 1 and (node not in g or g.nodes[node]["kind"] != NodeKind.NODE):
                 raise InputError(f"topology {name!r}: machine {m or '(single)'} has {count} "
                                  f"NUMA nodes but no {node!r} vertex linking them")
+        self._machine_of: dict[str, str] = {n: str(m) for n, m in g.nodes(data="machine")}
         self._nearest_nic: dict[str, str | None] = {}
         self._routes: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}
 
@@ -362,7 +377,7 @@ class Topology:
         return out
 
     def _machine(self, n: str) -> str:
-        return str(self._graph.nodes[n]["machine"])
+        return self._machine_of[n]
 
     def _nv_route(self, a: str, b: str) -> tuple[int, tuple[str, ...]] | None:
         g = self._graph
@@ -491,6 +506,48 @@ class Topology:
             raise InputError(f"GPU {gid} has no NIC on the network in topology {self.name!r}")
         return nic
 
+    def _edge_entries(self, u: str, v: str) -> tuple[_Entry, ...]:
+        """The domains an edge of a route stands for: an NVLink bond, a switch's uplink."""
+        g = self._graph
+        d = g.edges[u, v]
+        out: list[_Entry] = []
+        if d["kind"] == EdgeKind.NVLINK and {g.nodes[u]["kind"], g.nodes[v]["kind"]} == {
+            NodeKind.GPU
+        }:
+            x, y = sorted((g.nodes[u]["gpu_id"], g.nodes[v]["gpu_id"]), key=natural_key)
+            out.append((f"nvlink:{x}-{y}", DomainKind.NVLINK, float(d["bandwidth"]), None))
+        for child, par in ((u, v), (v, u)):
+            if g.nodes[child]["kind"] == NodeKind.PCIE_SWITCH and self._parent.get(child) == par:
+                out.append((f"uplink:{child}", DomainKind.PCIE_UPLINK, float(d["bandwidth"]),
+                            None))
+        return tuple(out)
+
+    def _node_entries(self, n: str) -> tuple[_Entry, ...]:
+        """The domain a vertex of a route stands for (a GPU's is used by that GPU alone)."""
+        g = self._graph
+        kind = g.nodes[n]["kind"]
+        if kind == NodeKind.GPU:
+            gid = g.nodes[n]["gpu_id"]
+            return ((f"gpu:{gid}", DomainKind.GPU, None, gid),)
+        if kind == NodeKind.HOST_BRIDGE:
+            up = self._parent.get(n)
+            bw = float(g.edges[n, up]["bandwidth"]) if up else None
+            return ((f"host_bridge:{n}", DomainKind.HOST_BRIDGE, bw, None),)
+        if kind == NodeKind.NUMA:
+            return ((f"socket:{n}", DomainKind.SOCKET, None, None),)
+        if kind == NodeKind.NODE:
+            bw = min((float(g.edges[n, x]["bandwidth"]) for x in g.neighbors(n)), default=None)
+            return ((f"smp:{n}", DomainKind.SMP, bw, None),)
+        if kind == NodeKind.NVSWITCH:
+            return ((f"nvswitch:{n}", DomainKind.NVSWITCH, None, None),)
+        if kind == NodeKind.NIC:
+            net_bw = [float(g.edges[n, x]["bandwidth"]) for x in g.neighbors(n)
+                      if g.edges[n, x]["kind"] == EdgeKind.NETWORK]
+            return ((f"nic:{n}", DomainKind.NIC, min(net_bw, default=None), None),)
+        if kind == NodeKind.NETWORK:
+            return ((f"network:{n}", DomainKind.NETWORK, None, None),)
+        return ()
+
     def domains(self, gpus: Iterable[str]) -> list[Domain]:
         """Shared contention domains that a set of GPUs uses to reach host memory and each other.
 
@@ -498,58 +555,107 @@ class Topology:
         and its socket. For each pair, the route between them adds the NVLink bond or NVSwitch
         fabric, the inter-socket link (``smp``), or the NICs and network. The result is sorted
         by name; a superset of GPUs always yields a superset of domain names.
+
+        A route across machines is GPU ``a`` -> its NIC -> network -> NIC -> GPU ``b``; neither
+        half depends on the other end, so each GPU's halves are read once, a domain on ``a``'s
+        half is used by ``a`` and every GPU it is paired with across machines, and a pair costs
+        a few set insertions instead of a walk of its route (a 512-GPU cluster has 130,816
+        pairs).
+
+        >>> from interplace.topology import builtin
+        >>> [(d.name, d.gpus) for d in builtin("pcie-8gpu*2").domains(["n0:0", "n1:0"])
+        ...  if d.kind == "network"]
+        [('network:network', ('n0:0', 'n1:0'))]
         """
         ids = list(dict.fromkeys(gpus))
         users: dict[str, set[str]] = {}
         meta: dict[str, tuple[DomainKind, float | None]] = {}
+        node_cache: dict[str, tuple[_Entry, ...]] = {}
+        edge_cache: dict[tuple[str, str], tuple[_Entry, ...]] = {}
 
-        def use(name: str, kind: DomainKind, bw: float | None, who: Iterable[str]) -> None:
-            users.setdefault(name, set()).update(who)
-            meta.setdefault(name, (kind, bw))
+        def edge_entries(nodes: Sequence[str]) -> list[_Entry]:
+            out: list[_Entry] = []
+            for e in itertools.pairwise(nodes):
+                if e not in edge_cache:
+                    edge_cache[e] = self._edge_entries(*e)
+                out.extend(edge_cache[e])
+            return out
 
-        def route_domains(nodes: Sequence[str], who: tuple[str, ...]) -> None:
-            g = self._graph
-            for u, v in itertools.pairwise(nodes):
-                d = g.edges[u, v]
-                if d["kind"] == EdgeKind.NVLINK and {g.nodes[u]["kind"], g.nodes[v]["kind"]} == {
-                    NodeKind.GPU
-                }:
-                    x, y = sorted((g.nodes[u]["gpu_id"], g.nodes[v]["gpu_id"]), key=natural_key)
-                    use(f"nvlink:{x}-{y}", DomainKind.NVLINK, float(d["bandwidth"]), who)
-                for child, par in ((u, v), (v, u)):
-                    if (g.nodes[child]["kind"] == NodeKind.PCIE_SWITCH
-                            and self._parent.get(child) == par):
-                        use(f"uplink:{child}", DomainKind.PCIE_UPLINK, float(d["bandwidth"]), who)
+        def node_entries(nodes: Sequence[str]) -> list[_Entry]:
+            out: list[_Entry] = []
             for n in nodes:
-                kind = g.nodes[n]["kind"]
-                if kind == NodeKind.GPU:
-                    use(f"gpu:{g.nodes[n]['gpu_id']}", DomainKind.GPU, None, [g.nodes[n]["gpu_id"]])
-                elif kind == NodeKind.HOST_BRIDGE:
-                    up = self._parent.get(n)
-                    bw = float(g.edges[n, up]["bandwidth"]) if up else None
-                    use(f"host_bridge:{n}", DomainKind.HOST_BRIDGE, bw, who)
-                elif kind == NodeKind.NUMA:
-                    use(f"socket:{n}", DomainKind.SOCKET, None, who)
-                elif kind == NodeKind.NODE:
-                    bw = min((float(g.edges[n, x]["bandwidth"]) for x in g.neighbors(n)),
-                             default=None)
-                    use(f"smp:{n}", DomainKind.SMP, bw, who)
-                elif kind == NodeKind.NVSWITCH:
-                    use(f"nvswitch:{n}", DomainKind.NVSWITCH, None, who)
-                elif kind == NodeKind.NIC:
-                    net_bw = [float(g.edges[n, x]["bandwidth"]) for x in g.neighbors(n)
-                              if g.edges[n, x]["kind"] == EdgeKind.NETWORK]
-                    use(f"nic:{n}", DomainKind.NIC, min(net_bw, default=None), who)
-                elif kind == NodeKind.NETWORK:
-                    use(f"network:{n}", DomainKind.NETWORK, None, who)
+                if n not in node_cache:
+                    node_cache[n] = self._node_entries(n)
+                out.extend(node_cache[n])
+            return out
+
+        def declare(es: Iterable[_Entry]) -> None:
+            """Register new domains; ``users`` keeps the order a walk of the routes meets them."""
+            for name, kind, bw, _ in es:
+                if name not in users:
+                    users[name] = set()
+                    meta[name] = (kind, bw)
+
+        def use(es: Sequence[_Entry], who: Iterable[str]) -> None:
+            declare(es)
+            for name, _, _, own in es:
+                users[name].update(who if own is None else (own,))
+
+        def walk(route: Sequence[str], who: tuple[str, ...]) -> None:
+            use([*edge_entries(route), *node_entries(route)], who)
 
         for gid in ids:
             n = self._node(gid)
-            route_domains([n, *self._ancestors(n)], (gid,))
+            walk([n, *self._ancestors(n)], (gid,))
+
+        # Across machines a route is the out-half of a (a .. its NIC), the network and the
+        # in-half of b (b's NIC .. b); each half is read once and used by its GPU and partners.
+        halves: dict[str, _Halves] = {}
+        nic_neighbours: dict[str, set[str]] = {}
+        out_partners: dict[str, set[str]] = {}
+        in_partners: dict[str, set[str]] = {}
+        declared_out: set[str] = set()
+        declared_in: set[str] = set()
+
+        def halves_of(n: str) -> _Halves:
+            if n not in halves:
+                nic = self._nic_for(n)
+                out_route, in_route = self._tree_route(n, nic), self._tree_route(nic, n)
+                halves[n] = _Halves(nic, edge_entries(out_route), node_entries(out_route),
+                                    edge_entries(in_route), node_entries(in_route))
+                nic_neighbours.setdefault(nic, set(self._graph.neighbors(nic)))
+            return halves[n]
+
         for a, b in itertools.combinations(ids, 2):
-            route_domains(self._route(self._gpu_node[a], self._gpu_node[b])[1], (a, b))
+            na, nb = self._gpu_node[a], self._gpu_node[b]
+            if self._machine(na) == self._machine(nb):
+                walk(self._route(na, nb)[1], (a, b))
+                continue
+            ha, hb = halves_of(na), halves_of(nb)
+            net = next(iter(nic_neighbours[ha.nic] & nic_neighbours[hb.nic]))
+            links = edge_entries((ha.nic, net, hb.nic))
+            hub = node_entries((net,))
+            if (na not in declared_out or nb not in declared_in
+                    or any(e[0] not in users for e in (*links, *hub))):
+                declare([*ha.out_edges, *links, *hb.in_edges, *ha.out_nodes, *hub,
+                         *hb.in_nodes])
+                declared_out.add(na)
+                declared_in.add(nb)
+            use([*links, *hub], (a, b))
+            out_partners.setdefault(na, set()).add(b)
+            in_partners.setdefault(nb, set()).add(a)
+        for n, others in out_partners.items():
+            who = others | {self._graph.nodes[n]["gpu_id"]}
+            use(halves[n].out_edges, who)
+            use(halves[n].out_nodes, who)
+        for n, others in in_partners.items():
+            who = others | {self._graph.nodes[n]["gpu_id"]}
+            use(halves[n].in_edges, who)
+            use(halves[n].in_nodes, who)
+
+        rank = {g: i for i, g in enumerate(sorted(ids, key=natural_key))}  # natural order, once
         return [
-            Domain(name=name, kind=meta[name][0], gpus=tuple(sorted(who, key=natural_key)),
+            Domain(name=name, kind=meta[name][0], gpus=tuple(sorted(who, key=rank.__getitem__)),
                    bandwidth=meta[name][1])
             for name, who in sorted(users.items(), key=lambda kv: natural_key(kv[0]))
         ]

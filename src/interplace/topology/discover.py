@@ -46,10 +46,10 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import shutil
 import socket
-import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -57,6 +57,7 @@ from typing import IO, Any, Literal, Protocol, cast, runtime_checkable
 
 from interplace.errors import InputError, atomic_write, parse_json, read_json
 from interplace.topology._graph import Topology, TopologyBuilder
+from interplace.topology._pci import CLASS_BASE_NETWORK, CLASS_PCI_BRIDGE, format_busid
 from interplace.topology._units import nvlink_link_gbps, parse_gts, pcie_gbps
 
 __all__ = [
@@ -86,8 +87,6 @@ _HOST_BRIDGE = re.compile(r"^pci([0-9a-f]{4,8}:[0-9a-f]{2})$")
 _BDF = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _IB_RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/s", re.IGNORECASE)
 _NODE_DIR = re.compile(r"^node([0-9]+)$")
-_PCI_CLASS_BRIDGE = 0x0604
-_PCI_CLASS_NETWORK = 0x02
 
 
 def normalize_busid(busid: str) -> str:
@@ -104,7 +103,7 @@ def normalize_busid(busid: str) -> str:
     if m is None:
         raise InputError(f"malformed PCI bus id {busid!r} (expected e.g. '0000:17:00.0')")
     domain, bus, dev, fn = m.groups()
-    return f"{int(domain or '0', 16):04x}:{int(bus, 16):02x}:{int(dev, 16):02x}.{fn}"
+    return format_busid(int(domain or "0", 16), int(bus, 16), int(dev, 16), int(fn))
 
 
 # --------------------------------------------------------------------------- NVML backends
@@ -385,6 +384,23 @@ class ReplayBackend:
         return list(self._dev(index)[3])
 
 
+@contextlib.contextmanager
+def _nvml_session(nvml: NvmlBackend | None) -> Iterator[NvmlBackend]:
+    """``nvml`` ready to read: live NVML when None, a :class:`PynvmlBackend` entered if needed.
+
+    >>> rb = ReplayBackend({"devices": []})
+    >>> with _nvml_session(rb) as nv:
+    ...     nv is rb
+    True
+    """
+    live = PynvmlBackend() if nvml is None else nvml
+    if isinstance(live, PynvmlBackend) and not live.active:
+        with live:
+            yield live
+    else:
+        yield live
+
+
 # --------------------------------------------------------------------------- sysfs
 class _Sysfs:
     """Reads below a sysfs root, remembering what it read so that a snapshot can copy it."""
@@ -392,17 +408,17 @@ class _Sysfs:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
         self.real_root = os.path.realpath(root)
-        self.files: set[str] = set()
+        self.files: dict[str, str] = {}  # what each logged read returned
         self.links: dict[str, str] = {}
 
     def read(self, rel: str, log: bool = True) -> str | None:
         try:
-            text = (self.root / rel).read_text(errors="replace")
+            text = (self.root / rel).read_text(errors="replace").strip()
         except (OSError, ValueError):
             return None
         if log:
-            self.files.add(rel)
-        return text.strip()
+            self.files[rel] = text
+        return text
 
     def resolve(self, rel: str, log: bool = True) -> str | None:
         """Path (relative to the root) that ``rel`` resolves to, None if missing or outside."""
@@ -505,7 +521,7 @@ def _link_gbps(fs: _Sysfs, dev: str, upper: str | None, idle_downclocks: bool) -
 def _is_bridge(fs: _Sysfs, path: str) -> bool:
     """Whether a device on the way down is a PCI bridge (class ``0x0604xx``; no class: yes)."""
     cls = _int(fs.read(f"{path}/class"), 16)
-    return cls is None or cls >> 8 == _PCI_CLASS_BRIDGE
+    return cls is None or cls >> 8 == CLASS_PCI_BRIDGE
 
 
 def _numa(fs: _Sysfs, place: _Place) -> int:
@@ -579,7 +595,7 @@ def _scan_sysfs(fs: _Sysfs, gpu_busids: Sequence[str]) -> _SysfsView:
         if path is None or fs.exists(f"{path}/physfn"):
             continue  # missing, or an SR-IOV virtual function
         cls = _int(fs.read(f"{path}/class", log=False), 16)
-        if cls is None or cls >> 16 != _PCI_CLASS_NETWORK:
+        if cls is None or cls >> 16 != CLASS_BASE_NETWORK:
             continue
         place = _locate(fs, entry)
         if place is None:
@@ -697,13 +713,8 @@ def discover(nvml: NvmlBackend | None = None, sysfs_root: str | os.PathLike[str]
     or a GPU's bus id is not found under ``sysfs_root``. See the module docstring for where
     each part of the graph comes from.
     """
-    if nvml is None:
-        with PynvmlBackend() as live:
-            return discover(live, sysfs_root, name)
-    if isinstance(nvml, PynvmlBackend) and not nvml.active:
-        with nvml:
-            return discover(nvml, sysfs_root, name)
-    gpus = _read_nvml(nvml)
+    with _nvml_session(nvml) as nv:
+        gpus = _read_nvml(nv)
     view = _scan_sysfs(_Sysfs(sysfs_root), [g.busid for g in gpus])
     return _build(gpus, view, name=name or socket.gethostname() or "localhost",
                   source=f"discover:{os.fspath(sysfs_root)}")
@@ -717,7 +728,19 @@ def snapshot_sysfs(sysfs_root: str | os.PathLike[str], busids: Iterable[str],
     Device directories are recreated at their real paths (``devices/pci0000:16/...``) and the
     ``bus/pci/devices``, ``class/infiniband`` and ``class/net`` entries become relative
     symlinks to them, so ``discover(nvml, sysfs_root=dest_dir)`` gives the same topology as on
-    ``sysfs_root``. ``dest_dir`` must be empty or not exist yet.
+    ``sysfs_root``. Each file holds what discovery read from it (a GPU's link speed changes
+    with its power state, so it is not read twice). ``dest_dir`` must be empty or not exist
+    yet; the copy is built in a hidden directory beside it and renamed onto it when complete,
+    so a failure leaves neither a partial copy nor the hidden directory behind.
+
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> snapshot_sysfs(d / "sys", ["0000:1b:00.0"], d / "snap")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: GPU 0 (0000:1b:00.0) is not a PCI device under ...
+    >>> sorted(p.name for p in d.iterdir())
+    []
     """
     ids = [normalize_busid(x) for x in busids]
     dest = Path(dest_dir)
@@ -725,22 +748,49 @@ def snapshot_sysfs(sysfs_root: str | os.PathLike[str], busids: Iterable[str],
         raise InputError(f"sysfs snapshot directory {dest} is not an empty directory")
     fs = _Sysfs(sysfs_root)
     _scan_sysfs(fs, ids)
+    missing = _missing_dirs(dest.parent)
+    scratch: Path | None = None
+    done = False
     try:
-        dest.mkdir(parents=True, exist_ok=True)
-        for rel in sorted(fs.files):
-            text = fs.read(rel, log=False)
-            if text is None:
-                continue
-            out = dest / rel
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(text + "\n")
-        for rel, target in sorted(fs.links.items()):
-            link, real = dest / rel, dest / target
-            real.mkdir(parents=True, exist_ok=True)
-            link.parent.mkdir(parents=True, exist_ok=True)
-            os.symlink(os.path.relpath(real, link.parent), link)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.parent / f".{dest.name}.{secrets.token_hex(8)}.tmp"
+        tmp.mkdir()  # the mode a plain mkdir gives (mkdtemp would make it 0700)
+        scratch = tmp
+        _write_snapshot(fs, scratch)
+        os.replace(scratch, dest)  # POSIX rename replaces an empty directory, fails on any other
+        done = True
     except OSError as exc:
         raise InputError(f"cannot write sysfs snapshot in {dest}: {exc}") from None
+    finally:
+        if not done:
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
+            _remove_dirs(missing)
+
+
+def _missing_dirs(path: Path) -> list[Path]:
+    """``path`` and its ancestors that do not exist yet, deepest first."""
+    return [p for p in (path, *path.parents) if not os.path.lexists(p)]
+
+
+def _remove_dirs(dirs: Iterable[Path]) -> None:
+    """Remove the directories ``dirs`` (deepest first) that are still empty."""
+    for p in dirs:
+        with contextlib.suppress(OSError):
+            p.rmdir()
+
+
+def _write_snapshot(fs: _Sysfs, root: Path) -> None:
+    """Write the files and symlinks ``fs`` logged below ``root``."""
+    for rel, text in sorted(fs.files.items()):
+        out = root / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
+    for rel, target in sorted(fs.links.items()):
+        link, real = root / rel, root / target
+        real.mkdir(parents=True, exist_ok=True)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(os.path.relpath(real, link.parent), link)
 
 
 def record_discovery(dest_dir: str | os.PathLike[str], nvml: NvmlBackend | None = None,
@@ -751,33 +801,28 @@ def record_discovery(dest_dir: str | os.PathLike[str], nvml: NvmlBackend | None 
     ``dest_dir/sysfs/`` (:func:`snapshot_sysfs`); ``dest_dir`` is created if needed and must
     not already hold a recording. Returns ``dest_dir``.
     """
-    if nvml is None:
-        with PynvmlBackend() as live:
-            return record_discovery(dest_dir, live, sysfs_root)
-    if isinstance(nvml, PynvmlBackend) and not nvml.active:
-        with nvml:
-            return record_discovery(dest_dir, nvml, sysfs_root)
     dest = Path(dest_dir)
-    if (dest / _NVML_FILE).exists() or (dest / _SYSFS_DIR).exists():
-        raise InputError(f"{dest} already holds a recording")
-    doc = ReplayBackend.record(nvml, hostname=socket.gethostname() or None)
+    with _nvml_session(nvml) as nv:
+        if (dest / _NVML_FILE).exists() or (dest / _SYSFS_DIR).exists():
+            raise InputError(f"{dest} already holds a recording")
+        doc = ReplayBackend.record(nv, hostname=socket.gethostname() or None)
+    # On failure remove what this call wrote: sysfs/ and the directories it created.
+    missing = _missing_dirs(dest)
+    snapped = False
     try:
-        dest.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"cannot create recording directory {dest}: {exc.strerror}") from None
-    # Snapshot into a hidden scratch folder and rename it into place only when it is complete,
-    # so a failure part-way leaves no half-written recording behind.
-    scratch = Path(tempfile.mkdtemp(prefix=".sysfs.", dir=dest))
-    try:
-        snapshot_sysfs(sysfs_root, [d["busid"] for d in doc["devices"]], scratch / _SYSFS_DIR)
-        os.replace(scratch / _SYSFS_DIR, dest / _SYSFS_DIR)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    try:
+        try:
+            dest.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"cannot create recording directory {dest}: {exc.strerror}"
+                             ) from None
+        snapshot_sysfs(sysfs_root, [d["busid"] for d in doc["devices"]], dest / _SYSFS_DIR)
+        snapped = True
         with atomic_write(dest / _NVML_FILE) as fh:
             cast("IO[str]", fh).write(json.dumps(doc, indent=2) + "\n")
     except BaseException:
-        shutil.rmtree(dest / _SYSFS_DIR, ignore_errors=True)
+        if snapped:
+            shutil.rmtree(dest / _SYSFS_DIR, ignore_errors=True)
+        _remove_dirs(missing)
         raise
     return dest
 

@@ -41,9 +41,17 @@ from pathlib import Path
 
 from interplace.errors import InputError, read_input
 from interplace.topology._graph import Topology, TopologyBuilder
+from interplace.topology._pci import (
+    CLASS_BASE_DISPLAY,
+    CLASS_BASE_NETWORK,
+    CLASS_OTHER_BRIDGE,
+    assign_ids,
+    bus_key,
+    canonical_busid,
+)
 from interplace.topology._units import nvlink_link_gbps
 from interplace.topology._xml import parse_xml
-from interplace.topology.nccl import _assign_ids, _bus_key, _canonical_busid, _mask_to_cpulist
+from interplace.topology.nccl import _mask_to_cpulist
 
 __all__ = ["from_hwloc_xml", "read_hwloc_xml"]
 
@@ -217,7 +225,7 @@ class _Reader:
         if raw is None or raw.strip() == "":
             raise self.fail(f"<object type={el.get('type')!r} gp_index={el.get('gp_index')}> "
                             "has no pci_busid")
-        return _canonical_busid(raw)
+        return canonical_busid(raw)
 
     def pcidev(self, el: ET.Element, numa: int | None, attach: _PNode | None) -> None:
         raw = el.get("pci_type")
@@ -228,13 +236,13 @@ class _Reader:
             raise self.fail(f"PCI device {el.get('pci_busid')} has a malformed pci_type {raw!r}")
         cls, vendor = int(m.group(1), 16), int(m.group(2), 16)
         gp = self.int_attr(el, "gp_index")
-        if el.get("subtype") == "NVSwitch" or (cls == 0x0680 and vendor == _NVIDIA):
+        if el.get("subtype") == "NVSwitch" or (cls == CLASS_OTHER_BRIDGE and vendor == _NVIDIA):
             if gp is not None:
                 self.nvswitch_gp.add(gp)
             return
-        if cls >> 8 == 0x03 and vendor == _NVIDIA:
+        if cls >> 8 == CLASS_BASE_DISPLAY and vendor == _NVIDIA:
             kind = "gpu"
-        elif cls >> 8 == 0x02:
+        elif cls >> 8 == CLASS_BASE_NETWORK:
             kind = "nic"
         else:
             return
@@ -300,7 +308,7 @@ class _Reader:
         given = [e for e in explicit if e is not None]
         if len(set(given)) != len(given):
             raise self.fail("two GPUs have the same nvml/cuda device number")
-        return _assign_ids(explicit, [g.busid for g in gpus])
+        return assign_ids(explicit, [g.busid for g in gpus])
 
     def build(self, root: ET.Element, name: str, source: str) -> Topology:
         gpus = [d for d in self.devices if d.kind == "gpu"]
@@ -323,7 +331,7 @@ class _Reader:
             g.vertex = self.b.add_gpu(str(gid), g.vertex, model=g.model, busid=g.busid,
                                       memory_bytes=g.memory_bytes, bandwidth=g.bandwidth)
             gpu_of_gp.update(dict.fromkeys(g.gp, g))
-        nics = sorted((d for d in self.devices if d.kind == "nic"), key=lambda d: _bus_key(d.busid))
+        nics = sorted((d for d in self.devices if d.kind == "nic"), key=lambda d: bus_key(d.busid))
         for i, nic in enumerate(nics):
             self.b.add_nic(f"NIC{i}", nic.vertex, label=nic.label, busid=nic.busid,
                            bandwidth=nic.bandwidth)

@@ -35,14 +35,19 @@ from pathlib import Path
 
 from interplace.errors import InputError, read_input
 from interplace.topology._graph import Topology, TopologyBuilder
+from interplace.topology._pci import (
+    CLASS_BASE_DISPLAY,
+    CLASS_BASE_NETWORK,
+    CLASS_OTHER_BRIDGE,
+    CLASS_PCI_BRIDGE,
+    assign_ids,
+    bus_key,
+    canonical_busid,
+)
 from interplace.topology._units import nvlink_link_gbps, parse_link_speed
 from interplace.topology._xml import parse_xml
 
 __all__ = ["from_nccl_xml", "read_nccl_xml"]
-
-_BUSID = re.compile(r"^([0-9a-f]+):([0-9a-f]+):([0-9a-f]+)\.([0-9a-f]+)$")
-_NVSWITCH_TCLASS = 0x0680
-_GPU_TCLASS_BASE = 0x03
 
 
 def _mask_to_cpulist(mask: str, what: str) -> str | None:
@@ -75,45 +80,6 @@ def _mask_to_cpulist(mask: str, what: str) -> str | None:
             ranges.append(str(start) if start == bit else f"{start}-{bit}")
         bit += 1
     return ",".join(ranges) or None
-
-
-def _canonical_busid(busid: str) -> str:
-    """Lower-case ``dddd:bb:dd.f`` form of a PCI bus id (other strings lower-cased as is).
-
-    >>> _canonical_busid("00000000:1A:00.0")
-    '0000:1a:00.0'
-    """
-    s = busid.strip().lower()
-    m = _BUSID.match(s)
-    if m is None:
-        return s
-    dom, bus, dev, fn = (int(x, 16) for x in m.groups())
-    return f"{dom:04x}:{bus:02x}:{dev:02x}.{fn:x}"
-
-
-def _bus_key(busid: str | None) -> tuple[int, tuple[int, ...], str]:
-    """Sort key putting bus ids in numeric order, unparsable ones after, missing ones last."""
-    if busid is None:
-        return (2, (), "")
-    m = _BUSID.match(busid)
-    if m is None:
-        return (1, (), busid)
-    return (0, tuple(int(x, 16) for x in m.groups()), busid)
-
-
-def _assign_ids(explicit: list[int | None], busids: list[str | None]) -> list[int]:
-    """Ids for devices: the explicit ones as given, the rest the lowest free numbers in bus order.
-
-    >>> _assign_ids([None, 0, None], ["0000:03:00.0", "0000:84:00.0", "0000:02:00.0"])
-    [2, 0, 1]
-    """
-    used = {e for e in explicit if e is not None}
-    out: list[int | None] = list(explicit)
-    free = (i for i in range(len(explicit) + len(used) + 1) if i not in used)
-    for k in sorted((k for k, e in enumerate(explicit) if e is None),
-                    key=lambda k: _bus_key(busids[k])):
-        out[k] = next(free)
-    return [int(x) for x in out if x is not None]
 
 
 @dataclass
@@ -201,16 +167,16 @@ class _Reader:
         raw_busid = el.get("busid")
         if raw_busid is None or raw_busid.strip() == "":
             raise self.fail("a <pci> element has no busid attribute")
-        busid = _canonical_busid(raw_busid)
+        busid = canonical_busid(raw_busid)
         base, top = self.pci_class(el, busid)
-        if top == 0x0604:
+        if top == CLASS_PCI_BRIDGE:
             if f"sw:{busid}" in self.b.graph:
                 raise self.fail(f"two PCIe switches have busid {busid}")
             sw = self.b.add_switch(parent, busid=busid, bandwidth=self.link(el))
             self.walk(el, sw)
-        elif base == 0x03:
+        elif base == CLASS_BASE_DISPLAY:
             self.read_gpu(el, busid, parent)
-        elif base == 0x02:
+        elif base == CLASS_BASE_NETWORK:
             nic = el.find("nic")
             self.read_nic(nic if nic is not None else el, busid, parent, self.link(el))
         else:
@@ -230,7 +196,7 @@ class _Reader:
                 raise self.fail(f"<nvlink> of GPU {busid} needs target, count and tclass")
             if count <= 0:
                 raise self.fail(f"<nvlink> of GPU {busid} has a non-positive count {count}")
-            pending.nvlinks.append((_canonical_busid(target), count, tclass))
+            pending.nvlinks.append((canonical_busid(target), count, tclass))
         self.gpus.append(pending)
 
     def read_nic(self, el: ET.Element, busid: str | None, parent: str,
@@ -257,7 +223,7 @@ class _Reader:
         explicit = [d for d in devs if d is not None]
         if len(set(explicit)) != len(explicit):
             raise self.fail("two GPUs have the same <gpu dev=> number")
-        ids = _assign_ids(devs, [g.busid for g in self.gpus])
+        ids = assign_ids(devs, [g.busid for g in self.gpus])
         by_bus: dict[str, str] = {}
         model = None  # NCCL files do not name the GPU model
         for gid, g in zip(ids, self.gpus, strict=True):
@@ -265,7 +231,7 @@ class _Reader:
                 raise self.fail(f"two GPUs have busid {g.busid}")
             by_bus[g.busid] = self.b.add_gpu(str(gid), g.parent, busid=g.busid,
                                              bandwidth=g.bandwidth)
-        order = sorted(range(len(self.nics)), key=lambda k: _bus_key(self.nics[k].busid))
+        order = sorted(range(len(self.nics)), key=lambda k: bus_key(self.nics[k].busid))
         for i, k in enumerate(order):
             nic = self.nics[k]
             self.b.add_nic(f"NIC{i}", nic.parent, label=nic.label, busid=nic.busid,
@@ -276,9 +242,9 @@ class _Reader:
         for g in self.gpus:
             me = by_bus[g.busid]
             for target, count, tclass in g.nvlinks:
-                if tclass >> 8 == _NVSWITCH_TCLASS:
+                if tclass >> 8 == CLASS_OTHER_BRIDGE:
                     to_fabric[me] = to_fabric.get(me, 0) + count
-                elif tclass >> 16 == _GPU_TCLASS_BASE and target != g.busid and target in by_bus:
+                elif tclass >> 16 == CLASS_BASE_DISPLAY and target != g.busid and target in by_bus:
                     a, b = sorted((me, by_bus[target]))
                     pairs[a, b] = max(pairs.get((a, b), 0), count)
                 # links to the CPU (POWER) or to devices missing from the file are ignored
