@@ -85,7 +85,15 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from interplace.datasets import load_gavel
-    from interplace.model import Query, baselines, fit, holdout_split, score
+    from interplace.model import (
+        Query,
+        baselines,
+        best_baseline,
+        fit,
+        holdout_split,
+        row_queries,
+        score,
+    )
     from interplace.topology import builtin
     from interplace.topology.nvsmi import to_nvidia_smi
     from interplace.topology.plot import plot_topology
@@ -136,13 +144,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     early = ", converged early" if info.get("stopped_early") else ""
     w(f"fitted in {info['fit_seconds']:.1f} s ({info['steps']} steps{early})\n")
 
-    held = model.posterior_speed(
-        [
-            Query(j, tuple(c.split("+")))
-            for j, c in zip(test["job"], test["co_runner"], strict=True)
-        ],
-        seed=args.seed,
-    )
+    held = model.posterior_speed(row_queries(test), seed=args.seed)
     mean, q05, q95 = held.mean.tolist(), held.q05.tolist(), held.q95.tolist()
     w(_demo_heldout_table(test, mean, q05, q95))
     # Every ordered pair of jobs (a job next to a second instance of itself included), scored
@@ -158,13 +160,20 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             "speed_q95": post.q95,
         }
     )
-    w(_demo_partners(table, gavel.is_feasible))
+    feasible = [gavel.is_feasible(j, c) for j, c in pairs]
+    w(_demo_partners(table, feasible))
 
-    result = score(model, test, seed=args.seed)
-    base = {k: v["mae"] for k, v in baselines(train, test).items() if v["mae"] is not None}
-    best = min(base, key=lambda k: base[k])
-    shown = ", ".join(f"{k} {v:.3f}" for k, v in sorted(base.items(), key=lambda kv: kv[1]))
-    misfits = sum(not gavel.is_feasible(j, c) for j, c in pairs)
+    result = score(model, test, posterior=held)
+    base = baselines(train, test)
+    best, ratio = best_baseline(base, result["mae"])
+    known = {k: v["mae"] for k, v in base.items() if v["mae"] is not None}
+    shown = ", ".join(f"{k} {v:.3f}" for k, v in sorted(known.items(), key=lambda kv: kv[1]))
+    if ratio is None:
+        verdict = "the best baseline is exact"
+    else:
+        beats = "below 1: the model beats it" if ratio < 1 else "the model does not beat it"
+        verdict = f"{ratio:.2f} ({beats})"
+    misfits = feasible.count(False)
     csv_path = out / f"{data.name}-predictions.csv"
     png_path = out / f"{data.name}-heldout.png"
     with atomic_write(csv_path, "w") as fh:
@@ -179,8 +188,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         f"  model MAE {result['mae']:.3f}, 90% interval coverage {result['coverage_90']:.2f} "
         f"(mean width {result['interval_width_90']:.2f})\n"
         f"  baseline MAE: {shown}\n"
-        f"  model MAE / best baseline ({best}): {result['mae'] / base[best]:.2f} "
-        "(below 1: the model beats it)\n"
+        f"  model MAE / best baseline ({best}): {verdict}\n"
         f"predictions for all {len(table)} ordered job pairs ({misfits} cannot share a V100) "
         f"written to {csv_path}\n"
         f"predicted against measured held-out speed plotted to {png_path}\n"
@@ -210,11 +218,16 @@ def _demo_heldout_table(
     return "\n".join(lines) + "\n"
 
 
-def _demo_partners(table: pd.DataFrame, feasible: Callable[[str, str], bool]) -> str:
-    """Best and worst co-runners, by predicted speed, of the job whose partner matters most."""
+def _demo_partners(table: pd.DataFrame, feasible: Sequence[bool]) -> str:
+    """Best and worst co-runners, by predicted speed, of the job whose partner matters most.
+
+    ``feasible`` says, per row of ``table``, whether the pair can share a GPU at all.
+    """
     keep = [
-        j != c and feasible(j, c)
-        for j, c in zip(table["job"].tolist(), table["co_runner"].tolist(), strict=True)
+        j != c and ok
+        for j, c, ok in zip(
+            table["job"].tolist(), table["co_runner"].tolist(), feasible, strict=True
+        )
     ]
     rows = table.loc[keep]
     by_job = rows.groupby("job")["speed_mean"]
@@ -325,6 +338,7 @@ def _write_unsupported_notes(pairs: frozenset[tuple[str, str]]) -> None:
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
+    import os
     import signal
 
     from interplace.collectors import collect, partial_path
@@ -335,6 +349,17 @@ def _cmd_collect(args: argparse.Namespace) -> int:
         cmd = cmd[1:]
     if args.interval_ms <= 0:
         raise InputError(f"--interval-ms must be positive, got {args.interval_ms}")
+
+    def stamp(path: os.PathLike[str]) -> tuple[int, int] | None:
+        """Identifies this version of ``path``: a file or directory written since differs."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns
+
+    out, partial = Path(args.out), partial_path(args.out)
+    before = {p: stamp(p) for p in (out, partial)}
     try:
         result = collect(
             cmd or None,
@@ -346,10 +371,14 @@ def _cmd_collect(args: argparse.Namespace) -> int:
         )
     except (KeyboardInterrupt, Terminated) as exc:
         how = "interrupted" if isinstance(exc, KeyboardInterrupt) else "terminated"
-        sys.stderr.write(
-            f"interplace: {how}; the samples taken so far are in {partial_path(args.out)} "
-            f"(interplace.collectors.read_partial reads them)\n"
-        )
+        if stamp(out) not in (None, before[out]):  # after sampling had written the table
+            where = f"the samples are in {out}"
+        elif stamp(partial) not in (None, before[partial]):
+            where = (f"the samples taken so far are in {partial} "
+                     "(interplace.collectors.read_partial reads them)")
+        else:  # before sampling started (an older .partial is not this run's)
+            where = "no samples were written"
+        sys.stderr.write(f"interplace: {how}; {where}\n")
         return 130 if isinstance(exc, KeyboardInterrupt) else 128 + signal.SIGTERM
     if result.note:
         sys.stderr.write(f"interplace: {result.note}\n")
@@ -607,15 +636,20 @@ def _add_model_data_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_fit_args(p: argparse.ArgumentParser) -> None:
-    """``--seed``, ``--steps``, ``--topology`` and ``--quiet``, shared by fit and evaluate."""
-    p.add_argument("--seed", type=_int_at_least(0), default=0, help="random seed (default: 0)")
+def _add_seed_steps_args(p: argparse.ArgumentParser, seed_help: str) -> None:
+    """``--seed`` and ``--steps`` of a fit, shared by fit, evaluate and demo."""
+    p.add_argument("--seed", type=_int_at_least(0), default=0, help=f"{seed_help} (default: 0)")
     p.add_argument(
         "--steps",
         type=_int_at_least(1),
         default=3000,
         help="most optimisation steps; the fit may stop earlier (default: 3000)",
     )
+
+
+def _add_fit_args(p: argparse.ArgumentParser) -> None:
+    """``--seed``, ``--steps``, ``--topology`` and ``--quiet``, shared by fit and evaluate."""
+    _add_seed_steps_args(p, "random seed")
     p.add_argument(
         "--topology",
         metavar="FILE_OR_BUILTIN",
@@ -852,18 +886,7 @@ def _build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--out", default="interplace-demo", help="output directory (default: interplace-demo)"
     )
-    demo.add_argument(
-        "--seed",
-        type=_int_at_least(0),
-        default=0,
-        help="seed of the held-out split, the fit and the predictions (default: 0)",
-    )
-    demo.add_argument(
-        "--steps",
-        type=_int_at_least(1),
-        default=3000,
-        help="most optimisation steps; the fit may stop earlier (default: 3000)",
-    )
+    _add_seed_steps_args(demo, "seed of the held-out split, the fit and the predictions")
     demo.set_defaults(func=_cmd_demo)
     return parser
 

@@ -16,33 +16,27 @@ import pynvml
 import pytest
 
 from interplace.cli import main
+from interplace.collectors.collect import Terminated
+from interplace.collectors.host import HostSampler
 from interplace.collectors.nvml import PynvmlSampler
-from interplace.collectors.sampler import partial_path
+from interplace.collectors.sampler import partial_path, read_partial
 from interplace.collectors.table import read_samples
+from interplace.errors import InputError
 from tests.collectors.test_nvml import FakeNvml
-from tests.collectors.toys import TOY_JOB, alive
+from tests.collectors.toys import TOY_JOB, WAITS, alive, collect_module
 
-# the modules, not the functions of the same names that interplace.collectors exports
-collect_module = importlib.import_module("interplace.collectors.collect")
+# the module, not the function of the same name that interplace.collectors exports
 profile_module = importlib.import_module("interplace.collectors.profile")
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "collectors"
 
 pytestmark = pytest.mark.skipif(not Path("/proc/stat").exists(), reason="needs Linux /proc")
 
-_WAITS = """
-import os, pathlib, sys, time
-pathlib.Path(sys.argv[1]).write_text(str(os.getpid()))
-time.sleep(30)
-"""
-
-
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
-
 
 
 def _fake_gpus_without_pcie_counters() -> FakeNvml:
@@ -61,7 +55,7 @@ def test_sigterm_to_collect_stops_the_command_and_writes_the_table(
     out, pid_file = tmp_path / f"samples{ext}", tmp_path / "pid"
     cli = subprocess.Popen(
         [sys.executable, "-m", "interplace.cli", "collect", "--out", str(out),
-         "--interval-ms", "20", "--", sys.executable, "-c", _WAITS, str(pid_file)],
+         "--interval-ms", "20", "--", sys.executable, "-c", WAITS, str(pid_file)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -116,6 +110,72 @@ def test_collect_notes_unsupported_gpu_metrics_once(
     assert "pcie_tx_kbps" in metrics and "power_mw" not in metrics  # the throughput fallback
 
 
+def _no_nvml() -> PynvmlSampler:
+    raise InputError("NVML is not available: none in this test")
+
+
+@pytest.mark.parametrize(("exc", "how", "code"), [
+    (KeyboardInterrupt, "interrupted", 130),
+    (Terminated, "terminated", 128 + signal.SIGTERM),
+])
+def test_collect_stopped_during_set_up_says_no_samples_were_written(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    exc: type[BaseException], how: str, code: int,
+) -> None:
+    out = tmp_path / "s.csv"
+    partial_path(out).write_text("an older run's\n")  # not this run's samples: never named
+
+    def stopped_in_nvml_init() -> PynvmlSampler:
+        raise exc()
+
+    monkeypatch.setattr(collect_module, "PynvmlSampler", stopped_in_nvml_init)
+    got, text, err = run(capsys, "collect", "--out", str(out), "--duration", "5")
+    assert (got, text, err) == (code, "", f"interplace: {how}; no samples were written\n")
+    assert partial_path(out).read_text() == "an older run's\n" and not out.exists()
+
+
+def test_collect_interrupted_while_sampling_names_the_partial(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class CtrlC(HostSampler):
+        reads = 0
+
+        def read(self, index: int) -> dict[str, float]:
+            CtrlC.reads += 1
+            if CtrlC.reads == 3:
+                raise KeyboardInterrupt
+            return super().read(index)
+
+    monkeypatch.setattr(collect_module, "PynvmlSampler", _no_nvml)
+    monkeypatch.setattr(collect_module, "HostSampler", CtrlC)
+    out = tmp_path / "s.parquet"
+    code, _, err = run(capsys, "collect", "--out", str(out), "--interval-ms", "10",
+                       "--duration", "30")  # fmt: skip
+    assert code == 130
+    assert err == (f"interplace: interrupted; the samples taken so far are in "
+                   f"{partial_path(out)} (interplace.collectors.read_partial reads them)\n")
+    assert len(read_partial(out)) > 0 and not out.exists()
+
+
+def test_collect_interrupted_after_sampling_names_the_output(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stop = collect_module._stop
+
+    def stop_then_ctrl_c(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+        stop(proc, grace_s)
+        raise KeyboardInterrupt  # while collect() waited for the command, after sampling
+
+    monkeypatch.setattr(collect_module, "PynvmlSampler", _no_nvml)
+    monkeypatch.setattr(collect_module, "_stop", stop_then_ctrl_c)
+    out = tmp_path / "s.csv"
+    out.write_text("an older table\n")
+    code, _, err = run(capsys, "collect", "--out", str(out), "--interval-ms", "10", "--",
+                       sys.executable, "-c", "import time; time.sleep(0.1)")  # fmt: skip
+    assert (code, err) == (130, f"interplace: interrupted; the samples are in {out}\n")
+    assert len(read_samples(out)) > 0 and not partial_path(out).exists()
+
+
 # ---------------------------------------------------------------- profile
 
 
@@ -125,35 +185,6 @@ def _toy_spec(tmp_path: Path) -> Path:
         json.dumps([{"name": "toy", "command": [sys.executable, "-c", TOY_JOB, "{seconds}"]}])
     )
     return spec
-
-
-def test_profile_refuses_an_existing_output_before_running(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    spec = _toy_spec(tmp_path)
-    (tmp_path / "prof").mkdir()
-    (tmp_path / "prof" / "keep.txt").write_text("mine")
-    (tmp_path / "file").write_text("x")
-    for out, msg in [
-        ("prof", "already exists and is not empty"),
-        ("file", "exists and is not a directory"),
-    ]:
-        start = time.monotonic()
-        code, _, err = run(
-            capsys,
-            "profile",
-            "--workloads",
-            str(spec),
-            "--out",
-            str(tmp_path / out),
-            "--device",
-            "cpu",
-            "--warmup",
-            "5",
-        )
-        assert code == 2 and msg in err and err.count("\n") == 1
-        assert time.monotonic() - start < 2.0  # refused before the 5 s warm-up
-    assert sorted(p.name for p in (tmp_path / "prof").iterdir()) == ["keep.txt"]
 
 
 def test_profile_names_the_gpu_in_runs_as_in_samples_and_notes_unsupported(

@@ -24,7 +24,8 @@ class FakeNvml:
     """The part of the pynvml module PynvmlSampler uses, for GPUs that live in a dict.
 
     ``fail`` maps (gpu index, function name) to an NVML error code that call raises;
-    ``field_fail`` lists field ids whose per-field return is "not supported".
+    ``field_fail`` lists field ids whose per-field return is "not supported". NVLink moves
+    ``nvlink_kib`` KiB out and ``nvlink_rx_kib`` in (twice ``nvlink_kib`` when ``None``).
     """
 
     NVMLError = pynvml.NVMLError
@@ -39,6 +40,7 @@ class FakeNvml:
         self.calls: dict[str, int] = {}
         self.t_us = 1_000_000
         self.nvlink_kib = 0.0
+        self.nvlink_rx_kib: float | None = None
         self.pcie_tx_bytes = 5e9
         self.pcie_rx_bytes = 6e9
         self.initialised = False
@@ -90,7 +92,8 @@ class FakeNvml:
         vals = {pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: self.pcie_tx_bytes,
                 pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: self.pcie_rx_bytes,
                 pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: self.nvlink_kib,
-                pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: 2 * self.nvlink_kib}
+                pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX:
+                    2 * self.nvlink_kib if self.nvlink_rx_kib is None else self.nvlink_rx_kib}
         out = []
         for fid, _scope in ids:
             ret = (pynvml.NVML_ERROR_NOT_SUPPORTED if fid in self.field_fail
@@ -151,6 +154,31 @@ def test_pcie_rate_skips_a_counter_that_wrapped_or_a_stalled_clock() -> None:
     assert after["pcie_rx_kbps"] == pytest.approx(4000.0)
     assert "pcie_tx_kbps" not in stalled and "pcie_rx_kbps" not in stalled
     assert stalled["pcie_rx_bytes_total"] == after["pcie_rx_bytes_total"]
+    assert gpus.unsupported == frozenset()
+
+
+def test_nvlink_rate_skips_only_the_direction_that_wrapped_or_a_stalled_clock() -> None:
+    nv = FakeNvml(n=1)
+    nv.nvlink_kib, nv.nvlink_rx_kib = 5000.0, 1000.0
+    with PynvmlSampler(nv) as gpus:
+        first = gpus.read(0)
+        nv.t_us += 500_000
+        nv.nvlink_kib = 10.0  # tx wrapped (or the driver reset it); rx moved on normally
+        nv.nvlink_rx_kib += 1000.0
+        wrapped = gpus.read(0)
+        nv.t_us += 250_000
+        nv.nvlink_kib += 500.0
+        nv.nvlink_rx_kib += 250.0
+        after = gpus.read(0)
+        stalled = gpus.read(0)  # same field timestamp: no time passed, no rate
+    assert "nvlink_tx_kbps" not in first and "nvlink_rx_kbps" not in first
+    # 1000 KiB / 0.5 s = 2048 KB/s (1 KiB = 1.024 KB)
+    assert "nvlink_tx_kbps" not in wrapped
+    assert wrapped["nvlink_rx_kbps"] == pytest.approx(2048.0)
+    # measured from the wrapped reading on: 500 KiB / 0.25 s = 2048 KB/s
+    assert after["nvlink_tx_kbps"] == pytest.approx(2048.0)
+    assert after["nvlink_rx_kbps"] == pytest.approx(1024.0)
+    assert "nvlink_tx_kbps" not in stalled and "nvlink_rx_kbps" not in stalled
     assert gpus.unsupported == frozenset()
 
 

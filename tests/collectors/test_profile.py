@@ -216,8 +216,9 @@ def test_cuda_runs_name_the_gpu_as_the_samples_do(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from interplace.collectors.nvml import ReplayGpuBackend
 
-    gpus = ReplayGpuBackend({"devices": [[{"temp_c": 40.0}] * 200, [{"temp_c": 50.0}] * 200],
-                             "unsupported": [[1, "pcie_tx_bytes_total"]]})
+    gpus = ReplayGpuBackend({"devices": [[{"gpu_util_pct": 0.0}] * 200,
+                                         [{"gpu_util_pct": 91.0}] * 200],
+                             "unsupported": [[0, "power_mw"], [1, "pcie_tx_bytes_total"]]})
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")  # replaced: the runs' GPU is the one named
     env_file = tmp_path / "env.txt"
     job = WorkloadSpec("toy", (sys.executable, "-c", _ENV_TOY, "{seconds}", str(env_file)))
@@ -226,9 +227,13 @@ def test_cuda_runs_name_the_gpu_as_the_samples_do(tmp_path: Path,
     data = read_dir(result.out)
     assert data.runs["device"].tolist() == ["1"]
     assert data.samples is not None
-    assert set(data.samples["device"]) == {"0", "1", "host"}
+    # Only the run's GPU is sampled: the model counts a sample of a GPU no runs.csv row names
+    # for the whole run, so idle GPU 0's 0 % would be taken for the job's utilisation too.
+    assert set(data.samples["device"]) == {"1", "host"}
+    gpu_util = data.samples.loc[data.samples["metric"] == "gpu_util_pct", "value"]
+    assert len(gpu_util) > 0 and (gpu_util == 91.0).all()
     assert env_file.read_text() == "PCI_BUS_ID 1"
-    assert result.unsupported == frozenset({("1", "pcie_tx_bytes_total")})
+    assert result.unsupported == frozenset({("1", "pcie_tx_bytes_total")})  # not GPU 0's
     with pytest.raises(InputError, match="no GPU 2: ReplayGpuBackend sees GPUs 0, 1"):
         profile([job], tmp_path / "o2", device="cuda", gpu=2, backends=[gpus])
     with pytest.raises(InputError, match="gpu must be a GPU index"):

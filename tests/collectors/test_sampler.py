@@ -235,6 +235,32 @@ def test_read_partial_drops_a_csv_line_cut_short(tmp_path: Path) -> None:
         read_partial(tmp_path / "other.parquet")
 
 
+@pytest.mark.parametrize("data", [
+    b"t_s,host,device,metric,value\n0.0,\xff\xfe,0,temp_c,40.0\n",  # not UTF-8
+    b't_s,host,device,metric,value\n0.0,"n,0,temp_c,40.0\n',  # a quote left open
+    b"\n",  # no header line
+], ids=["not-utf8", "open-quote", "no-header"])
+def test_read_partial_refuses_a_bad_csv_as_read_samples_does(tmp_path: Path,
+                                                             data: bytes) -> None:
+    whole, out = tmp_path / "whole.csv", tmp_path / "s.csv"
+    whole.write_bytes(data)
+    partial_path(out).write_bytes(data)
+    with pytest.raises(InputError) as as_table:
+        read_samples(whole)
+    with pytest.raises(InputError) as as_partial:
+        read_partial(out)
+    assert str(as_partial.value) == str(as_table.value).replace(str(whole),
+                                                                str(partial_path(out)))
+
+
+def test_read_partial_names_an_unreadable_parquet_part(tmp_path: Path) -> None:
+    out = tmp_path / "s.parquet"
+    partial_path(out).mkdir()
+    (partial_path(out) / "part-00000.parquet").write_text("this is not parquet")
+    with pytest.raises(InputError, match=r"part-00000\.parquet: cannot read as Parquet: "):
+        read_partial(out)
+
+
 def test_output_path_is_checked(tmp_path: Path) -> None:
     assert check_output_path(tmp_path / "s.CSV") == tmp_path / "s.CSV"
     (tmp_path / "d.csv").mkdir()

@@ -1,8 +1,19 @@
-"""Small child processes shared by the collector tests (no GPU, no torch)."""
+"""Small child processes and helpers shared by the collector tests (no GPU, no torch)."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+
+#: The module, not the function of the same name that ``interplace.collectors`` exports.
+collect_module = importlib.import_module("interplace.collectors.collect")
+
+WAITS = """
+import os, pathlib, sys, time
+pathlib.Path(sys.argv[1]).write_text(str(os.getpid()))
+time.sleep(30)
+"""
+"""A command that writes its pid to the file ``argv[1]`` names, then sleeps 30 s."""
 
 TOY_JOB = """
 import os, sys, time

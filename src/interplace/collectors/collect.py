@@ -13,10 +13,13 @@ Signals (when called from the main thread; elsewhere the handlers are left alone
 - the first ``SIGTERM`` sent to this process ends sampling as if the command had exited: the
   command is stopped as above, ``out`` is written with everything sampled so far and the
   result says :attr:`CollectResult.terminated`;
-- a second ``SIGTERM`` (sampling stuck, say) kills the command and raises :class:`Terminated`
-  where the program is, as ``KeyboardInterrupt`` does for ``SIGINT``: the command is stopped,
-  ``out`` is not written and ``<out>.partial`` keeps what was sampled
-  (:func:`~interplace.collectors.sampler.read_partial` reads it).
+- a second ``SIGTERM`` (sampling stuck, say) kills the command and, while sampling has not
+  returned, raises :class:`Terminated` where the program is, as ``KeyboardInterrupt`` does for
+  ``SIGINT``: the command is stopped, ``out`` is not written and ``<out>.partial`` keeps what
+  was sampled (:func:`~interplace.collectors.sampler.read_partial` reads it; raised during
+  set-up, before sampling started, there is no ``.partial``). Once sampling has returned,
+  ``out`` is written and the result stands: a further ``SIGTERM`` (while :func:`collect` waits
+  for the command to exit, say) only kills the command, and :func:`collect` returns.
 
 The previous ``SIGTERM`` handler is restored before :func:`collect` returns or raises. If
 sampling fails or is interrupted, the command is stopped before the exception propagates.
@@ -88,12 +91,14 @@ def _stop(proc: subprocess.Popen[bytes], grace_s: float) -> None:
 
 
 class _SigtermGuard:
-    """While entered (in the main thread): SIGTERM sets ``stop``, a second one raises."""
+    """While entered (in the main thread): SIGTERM sets ``stop``; a second one kills ``proc``
+    and raises, unless ``sampled`` (the output is written: nothing is left to interrupt)."""
 
     def __init__(self, stop: threading.Event) -> None:
         self.stop = stop
         self.count = 0
         self.proc: subprocess.Popen[bytes] | None = None
+        self.sampled = False
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.count += 1
@@ -101,7 +106,9 @@ class _SigtermGuard:
             if self.proc is not None and self.proc.poll() is None:
                 with contextlib.suppress(OSError):
                     self.proc.kill()
-            raise Terminated("terminated by a second SIGTERM")
+            if not self.sampled:
+                raise Terminated("terminated by a second SIGTERM")
+            return
         # Event.set() takes the event's lock, which this (main) thread may hold right now
         # inside Event.wait(): setting it from another thread cannot deadlock.
         threading.Thread(target=self.stop.set, name="interplace-sigterm", daemon=True).start()
@@ -176,18 +183,21 @@ def collect(
                 raise InputError(f"command is not executable: {cmd[0]}") from None
             except OSError as exc:
                 raise InputError(f"cannot run {cmd[0]}: {exc.strerror or exc}") from None
-            guard.proc = watched = proc
-
-            def watch() -> None:
-                watched.wait()
-                stop.set()
-
-            threading.Thread(target=watch, name="interplace-collect-wait", daemon=True).start()
         still_running = False
-        try:
+        try:  # from here on, whatever is raised (Terminated, say), the command is stopped
+            if proc is not None:
+                guard.proc = watched = proc
+
+                def watch() -> None:
+                    watched.wait()
+                    stop.set()
+
+                threading.Thread(target=watch, name="interplace-collect-wait",
+                                 daemon=True).start()
             summary = sample(backends, interval_s, duration_s, stop, out=out,
                              chunk_rows=chunk_rows, sleep=stop.wait, host=host, run_id=run_id,
                              progress=progress)
+            guard.sampled = True
         finally:
             if proc is not None:
                 still_running = proc.poll() is None

@@ -148,7 +148,7 @@ class PynvmlSampler:
         self._nv: Any = None
         self._handles: dict[int, Any] = {}
         self._unsupported: dict[int, set[str]] = {}
-        self._nvlink_last: dict[int, tuple[float, float, float]] = {}
+        self._nvlink_last: dict[int, tuple[tuple[float, float], tuple[float, float]]] = {}
         self._pcie_last: dict[int, tuple[tuple[float, float], tuple[float, float]]] = {}
 
     def __enter__(self) -> PynvmlSampler:
@@ -256,16 +256,18 @@ class PynvmlSampler:
             return {"pcie_tx_kbps": float(tx), "pcie_rx_kbps": float(rx)}
 
         def nvlink() -> dict[str, float]:
-            (tx, t_tx), (rx, _) = self._fields(
-                h, [(nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, _ALL_LINKS),
-                    (nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, _ALL_LINKS)])
+            tx, rx = self._fields(h, [(nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, _ALL_LINKS),
+                                      (nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, _ALL_LINKS)])
             last = self._nvlink_last.get(index)
-            self._nvlink_last[index] = (t_tx, tx, rx)
-            if last is None or t_tx <= last[0] or tx < last[1] or rx < last[2]:
-                return {}
-            dt = t_tx - last[0]
-            return {"nvlink_tx_kbps": (tx - last[1]) * _KIB_TO_KB / dt,
-                    "nvlink_rx_kbps": (rx - last[2]) * _KIB_TO_KB / dt}
+            self._nvlink_last[index] = (tx, rx)
+            out: dict[str, float] = {}
+            if last is not None:
+                for name, now, before in (("nvlink_tx_kbps", tx, last[0]),
+                                          ("nvlink_rx_kbps", rx, last[1])):
+                    rate = _rate(now, before, _KIB_TO_KB)
+                    if rate is not None:
+                        out[name] = rate
+            return out
 
         def one(metric: str, fn: Callable[[], Any]) -> Callable[[], dict[str, float]]:
             return lambda: {metric: float(fn())}

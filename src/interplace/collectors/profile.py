@@ -10,8 +10,10 @@ format (``runs.csv``: ``run_id, job, throughput, mode, device, unit``; ``samples
 ``"host"``. A ``cuda`` profile runs every workload on GPU ``gpu`` (its environment gets
 ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` and ``CUDA_VISIBLE_DEVICES=<gpu>``, so that CUDA's device 0 is
 NVML's GPU ``gpu``; an inherited ``CUDA_VISIBLE_DEVICES`` is replaced) and writes ``str(gpu)``
-in ``runs.csv``. A ``cpu`` profile ran on no GPU: its ``runs.csv`` ``device`` cells are empty
-(missing), and its samples are host counters (``device`` ``"host"``).
+in ``runs.csv``; of the GPUs only GPU ``gpu`` is sampled (``samples.csv`` holds devices
+``str(gpu)`` and ``"host"``), so that no other GPU's counters are credited to the run. A ``cpu``
+profile ran on no GPU: its ``runs.csv`` ``device`` cells are empty (missing), and its samples
+are host counters (``device`` ``"host"``) only.
 
 Each run:
 
@@ -346,6 +348,36 @@ class _Proc:
         self._err.close()
 
 
+class _Only:
+    """The devices of ``backend`` whose device id is in ``keep``, as a backend of their own.
+
+    >>> from interplace.collectors.nvml import ReplayGpuBackend
+    >>> two = ReplayGpuBackend({"devices": [[{"temp_c": 40}], [{"temp_c": 50}]],
+    ...                         "unsupported": [[0, "power_mw"], [1, "temp_c"]]})
+    >>> one = _Only(two, {"1", "host"})
+    >>> one.device_count(), one.device_id(0), one.read(0), sorted(one.unsupported)
+    (1, '1', {'temp_c': 50.0}, [('1', 'temp_c')])
+    """
+
+    def __init__(self, backend: GpuCounterBackend, keep: set[str]) -> None:
+        self._backend = backend
+        self._index = [i for i in range(backend.device_count()) if backend.device_id(i) in keep]
+        self._ids = [backend.device_id(i) for i in self._index]
+
+    def device_count(self) -> int:
+        return len(self._index)
+
+    def device_id(self, index: int) -> str:
+        return self._ids[index]
+
+    def read(self, index: int) -> dict[str, float]:
+        return self._backend.read(self._index[index])
+
+    @property
+    def unsupported(self) -> frozenset[tuple[str, str]]:
+        return frozenset(p for p in self._backend.unsupported if p[0] in self._ids)
+
+
 def _run_group(specs: Sequence[WorkloadSpec], *, run_id: str, device: str, env: dict[str, str],
                warmup_s: float, measure_s: float, startup_timeout_s: float, grace_s: float,
                backends: Sequence[GpuCounterBackend], tmp: Path,
@@ -484,9 +516,10 @@ def profile(
     ``device="cuda"`` every job runs on the GPU whose NVML index is ``gpu`` (see the module
     docstring; ``gpu`` is unused on ``cpu``).
     ``backends`` (default: NVML if it initialises, plus host counters) are sampled every 0.1 s
-    during each run. A workload must report ``INTERPLACE_UNIT`` within ``startup_timeout_s``
-    and progress past the window within ``grace_s`` of its end. ``out_dir`` must not exist or
-    be empty: that, like every argument, is checked before the first workload starts.
+    during each run, of their devices only ``str(gpu)`` (``cuda`` only) and ``"host"``. A
+    workload must report ``INTERPLACE_UNIT`` within ``startup_timeout_s`` and progress past
+    the window within ``grace_s`` of its end. ``out_dir`` must not exist or be empty: that,
+    like every argument, is checked before the first workload starts.
     """
     if not workloads:
         raise InputError("no workloads given")
@@ -540,6 +573,11 @@ def profile(
             if device == "cuda" and ids and ids != ["host"] and run_device not in ids:
                 raise InputError(f"no GPU {gpu}: {type(b).__name__} sees GPUs "
                                  f"{', '.join(i for i in ids if i != 'host')}")
+        # Samples of a device no runs.csv row names count for the whole run (the model's
+        # counters_from_samples): sample only the run's GPU, and the host.
+        keep = {"host"} if run_device is None else {run_device, "host"}
+        chosen: list[GpuCounterBackend] = [_Only(b, keep)
+                                           for b in (gpus if backends is None else backends)]
         bar: Any = None
         if progress:
             from tqdm import tqdm
@@ -553,7 +591,7 @@ def profile(
             if device == "cuda":
                 env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
                 env["CUDA_VISIBLE_DEVICES"] = str(gpu)
-            used = list(backends) if backends is not None else [*gpus, HostSampler()]
+            used = chosen if backends is not None else [*chosen, HostSampler()]
             rows, samples, missing = _run_group(
                 specs, run_id=run_id, device=device, env=env, warmup_s=warmup_s,
                 measure_s=measure_s, startup_timeout_s=startup_timeout_s, grace_s=grace_s,

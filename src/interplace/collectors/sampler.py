@@ -49,7 +49,13 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from interplace.collectors.nvml import DeviceLost, EndOfRecording, GpuCounterBackend
-from interplace.collectors.table import SAMPLE_COLUMNS, validate_samples
+from interplace.collectors.table import (
+    SAMPLE_COLUMNS,
+    _extension,
+    _read_csv,
+    _read_parquet,
+    validate_samples,
+)
 from interplace.errors import InputError, atomic_write
 
 __all__ = [
@@ -63,7 +69,6 @@ __all__ = [
 ]
 
 _Row = tuple[float, str, str, str, float]
-_EXTENSIONS = (".csv", ".parquet")
 _PART = re.compile(r"^part-(\d+)\.parquet$")
 
 
@@ -115,10 +120,7 @@ def check_output_path(out: str | os.PathLike[str]) -> Path:
     interplace.errors.InputError: s.txt: unknown sample-table extension '.txt' (expected ...)
     """
     p = Path(out)
-    ext = p.suffix.lower()
-    if ext not in _EXTENSIONS:
-        raise InputError(f"{p}: unknown sample-table extension {ext or '(none)'!r} "
-                         f"(expected {' or '.join(_EXTENSIONS)})")
+    _extension(p)
     parent = p.parent
     if not parent.exists():
         raise InputError(f"output directory does not exist: {parent}")
@@ -186,12 +188,7 @@ def read_partial(out: str | os.PathLike[str]) -> pd.DataFrame:
         raise InputError(f"no partial samples for {p}: {partial} does not exist")
     what = str(partial)
     if ext == ".parquet" and partial.is_dir():
-        parts = _parts(partial)
-        try:
-            frames = [pq.read_table(f).to_pandas() for f in parts]
-        except (OSError, ValueError, pa.ArrowException) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise InputError(f"{what}: cannot read as Parquet: {first}") from exc
+        frames = [_read_parquet(f, str(f)) for f in _parts(partial)]
         if not frames:
             return validate_samples(pd.DataFrame({c: [] for c in SAMPLE_COLUMNS}), what)
         return validate_samples(pd.concat(frames, ignore_index=True), what)
@@ -199,15 +196,7 @@ def read_partial(out: str | os.PathLike[str]) -> pd.DataFrame:
         raise InputError(f"{what}: not a partial sample table of {p}")
     data = partial.read_bytes()
     data = data[: data.rfind(b"\n") + 1]
-    strings = {c: str for c in ("host", "device", "metric", "run_id")}
-    numbers = {c: ["", "nan", "NaN", "NA", "N/A"] for c in ("t_s", "value")}
-    try:
-        df = pd.read_csv(io.BytesIO(data), dtype=strings, keep_default_na=False,
-                         na_values=numbers)
-    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(f"{what}: cannot read as CSV: {first}") from exc
-    return validate_samples(df, what)
+    return validate_samples(_read_csv(io.BytesIO(data), what), what)
 
 
 class _ChunkWriter:

@@ -36,6 +36,7 @@ from typing import IO, cast
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa  # type: ignore[import-untyped]
 
 from interplace.errors import InputError, atomic_write
 
@@ -217,24 +218,34 @@ def read_samples(path: str | os.PathLike[str]) -> pd.DataFrame:
         raise InputError(f"{p}: not a regular file")
     if p.stat().st_size == 0:
         raise InputError(f"{p}: file is empty")
-    if ext == ".csv":
-        strings = {c: str for c in (*_STRING_COLUMNS, "run_id")}
-        numbers = {c: _NA_STRINGS for c in ("t_s", "value", "scale")}
-        try:
-            df = pd.read_csv(p, dtype=strings, keep_default_na=False, na_values=numbers)
-        except pd.errors.EmptyDataError as e:
-            raise InputError(f"{p}: file is empty (no header line)") from e
-        except pd.errors.ParserError as e:
-            raise InputError(f"{p}: malformed CSV: {str(e).strip().splitlines()[0]}") from e
-        except UnicodeDecodeError as e:
-            raise InputError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start})") from e
-    else:
-        try:
-            df = pd.read_parquet(p)
-        except (OSError, ValueError, TypeError) as e:
-            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise InputError(f"{p}: cannot read as Parquet: {msg}") from e
+    df = _read_csv(p, str(p)) if ext == ".csv" else _read_parquet(p, str(p))
     return validate_samples(df, str(p))
+
+
+def _read_csv(source: Path | IO[bytes], what: str) -> pd.DataFrame:
+    """A sample table's CSV text as read (not yet validated); errors name ``what``.
+
+    Strings are taken literally, only the numeric columns have missing values.
+    """
+    strings = {c: str for c in (*_STRING_COLUMNS, "run_id")}
+    numbers = {c: _NA_STRINGS for c in ("t_s", "value", "scale")}
+    try:
+        return pd.read_csv(source, dtype=strings, keep_default_na=False, na_values=numbers)
+    except pd.errors.EmptyDataError as e:
+        raise InputError(f"{what}: file is empty (no header line)") from e
+    except pd.errors.ParserError as e:
+        raise InputError(f"{what}: malformed CSV: {str(e).strip().splitlines()[0]}") from e
+    except UnicodeDecodeError as e:
+        raise InputError(f"{what}: not UTF-8 text ({e.reason} at byte {e.start})") from e
+
+
+def _read_parquet(path: Path, what: str) -> pd.DataFrame:
+    """A sample table's Parquet file as read (not yet validated); errors name ``what``."""
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError, TypeError, pa.ArrowException) as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputError(f"{what}: cannot read as Parquet: {msg}") from e
 
 
 def write_samples(df: pd.DataFrame, path: str | os.PathLike[str]) -> None:
