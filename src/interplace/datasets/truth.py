@@ -55,7 +55,7 @@ from typing import IO, Any, cast
 import numpy as np
 import pandas as pd
 
-from interplace.errors import InputError, atomic_write, parse_json
+from interplace.errors import InputError, atomic_write, parse_json, read_input
 
 __all__ = ["TRUTH_FILE", "TRUTH_FORMAT_VERSION", "read_truth", "write_truth"]
 
@@ -311,13 +311,7 @@ def read_truth(directory: str | os.PathLike[str]) -> dict[str, Any]:
     """
     d = Path(directory)
     path = d / TRUTH_FILE
-    if not path.is_file():
-        raise InputError(f"no such file: {path}")
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read ground truth {path}: {exc.strerror or exc}") from None
-    doc = parse_json(raw, f"ground truth {path}")
+    doc = parse_json(read_input(path), f"ground truth {path}")
     if not isinstance(doc, dict) or "format_version" not in doc:
         raise InputError(f"malformed ground truth {path}: not an object with a format_version")
     version = doc["format_version"]
