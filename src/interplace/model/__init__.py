@@ -76,8 +76,10 @@ predictive intervals calibrated.
 
 *Counters.* In every run, the true utilisation of a GPU's metric :math:`m` (resource
 :math:`r(m)`) is the jobs' summed demand, capped at full scale:
-:math:`u = 1 - \mathrm{sp}_{50}(1 - \sum_{k \in \text{run}} d_{k r(m)})` (a smooth
-:math:`\min(1, \cdot)`), and each sample is :math:`x = u + e`,
+:math:`u = \mathrm{cap}(\sum_{k \in \text{run}} d_{k r(m)})`, where :math:`\mathrm{cap}` is
+:math:`\min(1, \cdot)` with its corner rounded by a quadratic over :math:`[0.98, 1.02]`
+(:func:`~interplace.model._net.smooth_cap`: a saturated counter reads exactly full scale, and
+says only that the load is at least 1), and each sample is :math:`x = u + e`,
 :math:`e \sim \mathcal N(0, \sigma_m^2)`, :math:`\sigma_m \sim \mathrm{LogNormal}(\log 0.05,
 1)`, in units of the metric's full scale (:data:`METRIC_FULL_SCALE`). Samples enter through
 their sufficient statistics per (run, device, metric), so missing samples simply drop out

@@ -29,10 +29,13 @@ __all__ = [
 KAPPA = 12.0
 """Sharpness of the soft ``max(0, .)`` in the contention function (1/KAPPA is its knee width)."""
 
-KAPPA_COUNTER = 50.0
-"""Sharpness of the soft ``min(1, .)`` that turns load into counter utilisation: a counter
-saturates at full scale, and a blunter knee biases every saturated run's utilisation down
-(by log(2)/KAPPA_COUNTER at load 1)."""
+COUNTER_KNEE = 0.02
+"""Half-width of the rounded corner of ``min(1, .)`` that turns load into counter utilisation.
+
+A counter saturates at full scale exactly: below ``1 - COUNTER_KNEE`` it reads the load, above
+``1 + COUNTER_KNEE`` it reads 1, and between them a quadratic joins the two with a continuous
+slope. (A softplus corner never reaches 1, so a saturated run's interval could never cover
+its true reading of exactly 100%.)"""
 
 SITES: dict[str, str] = {
     "demand_mu": "real",
@@ -148,11 +151,22 @@ def log_speed(
     return -torch.log1p(s_j * excess.clamp_min(0.0)).sum(-1)
 
 
-def counter_mean(demand: torch.Tensor, members: torch.Tensor, res: torch.Tensor) -> torch.Tensor:
-    """True utilisation of each counter group, ``u_g = softmin(1, sum_j m_gj d_{j r_g})``.
+def smooth_cap(x: torch.Tensor, knee: float = COUNTER_KNEE) -> torch.Tensor:
+    """``min(1, x)`` with its corner rounded over ``[1 - knee, 1 + knee]`` (C1, exact outside).
 
-    ``demand``: ``(..., J, R)``; ``members``: ``(G, J + 1)`` instance counts; ``res``: ``(G,)``
-    resource of each group's metric. Returns ``(..., G)`` in ``[0, 1)``.
+    >>> smooth_cap(torch.tensor([0.5, 0.99, 1.0, 1.5], dtype=torch.float64)).tolist()
+    [0.5, 0.98875, 0.995, 1.0]
+    """
+    y = x - (x - (1.0 - knee)) ** 2 / (4.0 * knee)
+    return torch.where(x <= 1.0 - knee, x, torch.where(x >= 1.0 + knee, torch.ones_like(x), y))
+
+
+def counter_mean(demand: torch.Tensor, members: torch.Tensor, res: torch.Tensor) -> torch.Tensor:
+    """True utilisation of each counter group, ``u_g = cap(sum_j m_gj d_{j r_g})``.
+
+    ``cap`` is :func:`smooth_cap`. ``demand``: ``(..., J, R)``; ``members``: ``(G, J + 1)``
+    instance counts; ``res``: ``(G,)`` resource of each group's metric. Returns ``(..., G)`` in
+    ``[0, 1]``.
     """
     batch = demand.shape[:-2]
     n_res = demand.shape[-1]
@@ -160,7 +174,7 @@ def counter_mean(demand: torch.Tensor, members: torch.Tensor, res: torch.Tensor)
     d_pad = torch.cat([demand, pad], dim=-2)  # (..., J+1, R)
     load = torch.einsum("gj,...jr->...gr", members, d_pad)  # (..., G, R)
     x = load.gather(-1, res.expand(*batch, -1).unsqueeze(-1)).squeeze(-1)
-    return (1.0 - _softplus(1.0 - x, KAPPA_COUNTER)).clamp_min(0.0)
+    return smooth_cap(x)
 
 
 class InterferenceNet(PyroModule):
