@@ -130,6 +130,28 @@ def _rate(now: tuple[float, float], before: tuple[float, float], scale: float) -
     return dc * scale / dt
 
 
+_Read = tuple[float, float]
+
+
+def _tx_rx_rates(
+    names: tuple[str, str], now: tuple[_Read, _Read], before: tuple[_Read, _Read] | None,
+    scale: float,
+) -> dict[str, float]:
+    """:func:`_rate` of a (tx, rx) pair of counters, each direction dropped on its own.
+
+    >>> _tx_rx_rates(("tx", "rx"), ((4.0, 2.0), (1.0, 2.0)), ((2.0, 1.0), (3.0, 1.0)), 1.0)
+    {'tx': 2.0}
+    """
+    if before is None:
+        return {}
+    out = {}
+    for name, a, b in zip(names, now, before, strict=True):
+        rate = _rate(a, b, scale)
+        if rate is not None:
+            out[name] = rate
+    return out
+
+
 class _FieldUnsupported(Exception):
     """A field value came back with a non-success ``nvmlReturn``."""
 
@@ -239,16 +261,11 @@ class PynvmlSampler:
         def pcie_counts() -> dict[str, float]:
             tx, rx = self._fields(h, [(nv.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, 0),
                                       (nv.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, 0)])
-            out = {"pcie_tx_bytes_total": tx[0], "pcie_rx_bytes_total": rx[0]}
             last = self._pcie_last.get(index)
             self._pcie_last[index] = (tx, rx)
-            if last is not None:
-                for name, now, before in (("pcie_tx_kbps", tx, last[0]),
-                                          ("pcie_rx_kbps", rx, last[1])):
-                    rate = _rate(now, before, _BYTES_TO_KB)
-                    if rate is not None:
-                        out[name] = rate
-            return out
+            return {"pcie_tx_bytes_total": tx[0], "pcie_rx_bytes_total": rx[0],
+                    **_tx_rx_rates(("pcie_tx_kbps", "pcie_rx_kbps"), (tx, rx), last,
+                                   _BYTES_TO_KB)}
 
         def pcie_rate() -> dict[str, float]:
             tx = nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_TX_BYTES)
@@ -260,14 +277,7 @@ class PynvmlSampler:
                                       (nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, _ALL_LINKS)])
             last = self._nvlink_last.get(index)
             self._nvlink_last[index] = (tx, rx)
-            out: dict[str, float] = {}
-            if last is not None:
-                for name, now, before in (("nvlink_tx_kbps", tx, last[0]),
-                                          ("nvlink_rx_kbps", rx, last[1])):
-                    rate = _rate(now, before, _KIB_TO_KB)
-                    if rate is not None:
-                        out[name] = rate
-            return out
+            return _tx_rx_rates(("nvlink_tx_kbps", "nvlink_rx_kbps"), (tx, rx), last, _KIB_TO_KB)
 
         def one(metric: str, fn: Callable[[], Any]) -> Callable[[], dict[str, float]]:
             return lambda: {metric: float(fn())}
