@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, cast
 
 from interplace import __version__
-from interplace.errors import InputError, atomic_write
+from interplace.errors import InputError, atomic_write, first_line
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -542,7 +542,7 @@ def _read_pairs(path: Path) -> pd.DataFrame:
     except pd.errors.EmptyDataError:
         raise InputError(f"{path}: pairs table is empty (needs columns job, co_runner)") from None
     except Exception as exc:  # pandas' parser errors, UnicodeDecodeError, pyarrow's own errors
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise InputError(f"cannot read pairs table {path}: {first}") from exc
     missing = [c for c in ("job", "co_runner") if c not in pairs.columns]
     if missing:
@@ -900,7 +900,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (InputError, OSError) as exc:
         if args.debug:
             raise
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        msg = first_line(exc)
         if isinstance(exc, OSError) and exc.filename and exc.strerror:
             msg = f"{exc.strerror}: {exc.filename}"
         sys.stderr.write(f"interplace: error: {msg}\n")

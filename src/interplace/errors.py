@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["InputError", "atomic_write", "parse_json", "read_input", "read_json"]
+__all__ = ["InputError", "atomic_write", "first_line", "parse_json", "read_input", "read_json"]
 
 
 class InputError(ValueError):
@@ -24,6 +24,21 @@ class InputError(ValueError):
     >>> str(InputError("no GPU 9 in topology 'p4d' (GPUs: 0..7)"))
     "no GPU 9 in topology 'p4d' (GPUs: 0..7)"
     """
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message, or its type's name when the message is empty.
+
+    Third-party errors (pandas, pyarrow, XML parsers) often carry several lines; an
+    :class:`InputError` built from one quotes only this line.
+
+    >>> first_line(ValueError("bad row\\n  at line 3"))
+    'bad row'
+    >>> first_line(KeyError())
+    'KeyError'
+    """
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _umask() -> int:

@@ -62,7 +62,7 @@ from interplace.collectors.host import HostSampler
 from interplace.collectors.nvml import GpuCounterBackend, PynvmlSampler
 from interplace.collectors.sampler import SampleSummary, sample
 from interplace.collectors.workloads import BUILTINS, PROGRESS_TAG, UNIT_TAG, WAIT_GO_ENV
-from interplace.errors import InputError, atomic_write, read_input
+from interplace.errors import InputError, atomic_write, first_line, read_input
 
 __all__ = [
     "MODES",
@@ -125,7 +125,7 @@ def _from_file(path: Path) -> list[WorkloadSpec]:
             doc = json.loads(text)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: not valid {path.suffix.lstrip('.').upper()}: "
-                         f"{str(exc).splitlines()[0]}") from None
+                         f"{first_line(exc)}") from None
     if isinstance(doc, dict):
         doc = doc.get("workloads", doc.get("workload"))
     if not isinstance(doc, list) or not doc:

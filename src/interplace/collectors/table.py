@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from interplace.errors import InputError, atomic_write
+from interplace.errors import InputError, atomic_write, first_line
 
 __all__ = [
     "CANONICAL_METRICS",
@@ -234,7 +234,7 @@ def _read_csv(source: Path | IO[bytes], what: str) -> pd.DataFrame:
     except pd.errors.EmptyDataError as e:
         raise InputError(f"{what}: file is empty (no header line)") from e
     except pd.errors.ParserError as e:
-        raise InputError(f"{what}: malformed CSV: {str(e).strip().splitlines()[0]}") from e
+        raise InputError(f"{what}: malformed CSV: {first_line(e)}") from e
     except UnicodeDecodeError as e:
         raise InputError(f"{what}: not UTF-8 text ({e.reason} at byte {e.start})") from e
 
@@ -244,7 +244,7 @@ def _read_parquet(path: Path, what: str) -> pd.DataFrame:
     try:
         return pd.read_parquet(path)
     except (OSError, ValueError, TypeError, pa.ArrowException) as e:
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        msg = first_line(e)
         raise InputError(f"{what}: cannot read as Parquet: {msg}") from e
 
 
@@ -276,5 +276,5 @@ def write_samples(df: pd.DataFrame, path: str | os.PathLike[str]) -> None:
     except InputError:
         raise
     except (ValueError, TypeError) as e:
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        msg = first_line(e)
         raise InputError(f"{p}: cannot write as {ext[1:]}: {msg}") from e

@@ -57,7 +57,7 @@ import numpy as np
 import pandas as pd
 
 from interplace.datasets.runs import CoLocationData
-from interplace.errors import InputError
+from interplace.errors import InputError, first_line
 
 __all__ = ["load_lucid", "lucid_job_name"]
 
@@ -88,7 +88,7 @@ def _read(path: Path, need: tuple[str, ...]) -> pd.DataFrame:
     try:
         df = pd.read_csv(path)
     except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise InputError(f"cannot read {path}: {first}") from exc
     missing = [c for c in need if c not in df.columns]
     if missing:

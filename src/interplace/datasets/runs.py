@@ -68,7 +68,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from interplace.errors import InputError, atomic_write
+from interplace.errors import InputError, atomic_write, first_line
 
 __all__ = [
     "MODES",
@@ -368,7 +368,7 @@ def _read_table(path: Path, what: str) -> pd.DataFrame:
         if suffix == ".parquet":
             return pd.read_parquet(path)
     except Exception as exc:  # pandas' parser errors, OSError, pyarrow's own error types
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise InputError(f"cannot read {what} {path}: {first}") from exc
     raise InputError(f"{path}: unknown {what} file type {path.suffix!r} (use .csv or .parquet)")
 

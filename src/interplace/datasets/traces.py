@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from interplace.errors import InputError
+from interplace.errors import InputError, first_line
 
 __all__ = [
     "TRACE_COLUMNS",
@@ -162,7 +162,7 @@ def _read_csv(
     try:
         df = pd.read_csv(p, dtype={c: str for c in text}, keep_default_na=False, na_values=[""])
     except Exception as exc:  # pandas' parser errors, UnicodeDecodeError, OSError
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise InputError(f"cannot read {p}: {first}") from exc
     missing = [c for c in need if c not in df.columns]
     if missing:

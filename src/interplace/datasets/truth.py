@@ -55,7 +55,7 @@ from typing import IO, Any, cast
 import numpy as np
 import pandas as pd
 
-from interplace.errors import InputError, atomic_write, parse_json, read_input
+from interplace.errors import InputError, atomic_write, first_line, parse_json, read_input
 
 __all__ = ["TRUTH_FILE", "TRUTH_FORMAT_VERSION", "read_truth", "write_truth"]
 
@@ -268,7 +268,7 @@ def _read_frame(obj: dict[str, Any], directory: Path, where: str) -> pd.DataFram
     except InputError:
         raise
     except (ValueError, TypeError, OSError) as exc:  # pandas' parser errors are ValueErrors
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise InputError(f"cannot read {path}: {first}") from None
     return df
 
