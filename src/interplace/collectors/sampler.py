@@ -48,6 +48,7 @@ import pandas as pd
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
+from interplace._sorting import natural_key
 from interplace.collectors.nvml import DeviceLost, EndOfRecording, GpuCounterBackend
 from interplace.collectors.table import (
     SAMPLE_COLUMNS,
@@ -133,10 +134,6 @@ def check_output_path(out: str | os.PathLike[str]) -> Path:
     return p
 
 
-def _natural(text: str) -> tuple[tuple[int, int | str], ...]:
-    return tuple((0, int(t)) if t.isdigit() else (1, t) for t in re.split(r"(\d+)", text) if t)
-
-
 def unsupported_notes(pairs: Iterable[tuple[str, str]]) -> list[str]:
     """One line per device naming the metrics it does not report, devices in natural order.
 
@@ -151,7 +148,7 @@ def unsupported_notes(pairs: Iterable[tuple[str, str]]) -> list[str]:
     by_device: dict[str, set[str]] = {}
     for device, metric in pairs:
         by_device.setdefault(device, set()).add(metric)
-    order = sorted(by_device, key=lambda d: (d == "host", _natural(d)))
+    order = sorted(by_device, key=lambda d: (d == "host", natural_key(d)))
     return [f"{'host' if d == 'host' else f'GPU {d}'} does not report "
             f"{', '.join(sorted(by_device[d]))}" for d in order]
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -32,6 +31,7 @@ from typing import Any, NamedTuple
 
 import networkx as nx
 
+from interplace._sorting import natural_key
 from interplace.errors import InputError
 from interplace.topology._units import DEFAULT_NIC_GBPS, DEFAULT_PCIE_GBPS, DEFAULT_SMP_GBPS
 
@@ -90,18 +90,7 @@ class DomainKind(StrEnum):
 #: nvidia-smi connection classes from nearest to farthest (``NV#`` stands for any NVLink).
 CONNECTION_ORDER: tuple[str, ...] = ("X", "NV#", "PIX", "PXB", "PHB", "NODE", "SYS", "NET")
 
-_DIGITS = re.compile(r"(\d+)")
 _ROUTE_CACHE = 65_536
-
-
-def natural_key(s: str) -> tuple[Any, ...]:
-    """Sort key that orders ``"2" < "10"`` and ``"n2:7" < "n10:0"``.
-
-    >>> sorted(["10", "2", "n1:0", "n0:3"], key=natural_key)
-    ['2', '10', 'n0:3', 'n1:0']
-    """
-    parts = _DIGITS.split(s)
-    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts if p != "")
 
 
 def _positive_bandwidth(value: float, what: str) -> float:
