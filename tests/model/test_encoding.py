@@ -14,6 +14,7 @@ from interplace.errors import InputError
 from interplace.model import (
     DEFAULT_RESOURCES,
     InterferenceModel,
+    Query,
     baselines,
     best_baseline,
     cold_split,
@@ -205,3 +206,27 @@ def test_best_baseline_skips_missing_and_exact_baselines() -> None:
     base = {"a": {"mae": 0.3}, "b": {"mae": None}, "c": {"mae": 0.1}}
     assert best_baseline(base, 0.05) == ("c", pytest.approx(0.5))
     assert best_baseline({"a": {"mae": 0.0}}, 0.05) == ("a", None)
+
+
+@pytest.mark.parametrize(
+    ("frame", "message"),
+    [
+        ({"job": ["job0"]}, r"lacks column\(s\) co_runner"),
+        ({"job": ["job0", " "], "co_runner": ["job1", "job2"]}, "pairs row 1 has no job"),
+        ({"job": ["job0"], "co_runner": [None]}, "pairs row 0 has no co_runner"),
+        ({"job": ["job0"], "co_runner": ["job1+ "]}, "pairs row 0: co_runner 'job1\\+ ' has an"),
+        ({"job": ["job0", "job1"], "co_runner": ["job1", "job0+x"]}, "row 1: unknown job 'x'"),
+    ],
+)
+def test_pairs_tables_are_checked_row_by_row(
+    small_model: InterferenceModel, frame: dict[str, list[object]], message: str
+) -> None:
+    with pytest.raises(InputError, match=message):
+        small_model.predict_frame(pd.DataFrame(frame))
+
+
+def test_pairs_table_rows_become_queries_in_order(small_model: InterferenceModel) -> None:
+    a, b, c = small_model.jobs[:3]
+    pairs = pd.DataFrame({"job": [b, a], "co_runner": [f"{a} + {c}", b]})
+    assert small_model.queries_from_frame(pairs) == [Query(b, (a, c)), Query(a, (b,))]
+    assert small_model.predict_frame(pairs)["job"].tolist() == [b, a]

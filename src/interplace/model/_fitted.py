@@ -333,30 +333,61 @@ class InterferenceModel:
             "q95": float(p.q95[0]),
         }
 
+    def queries_from_frame(self, pairs: pd.DataFrame) -> list[Query]:
+        """One :class:`Query` per row of a table with ``job`` and ``co_runner`` columns.
+
+        ``co_runner`` holds one job or several joined by ``+``. A missing column, an empty
+        cell or name, or a job the model does not know raises :class:`InputError` naming the
+        row (rows count from 0).
+
+        >>> from interplace.datasets import synthetic
+        >>> from interplace.model import fit
+        >>> m = fit(synthetic(3, seed=0, samples_per_run=2), steps=200, min_steps=200)
+        >>> m.queries_from_frame(pd.DataFrame({"job": ["job0"], "co_runner": ["job1+job2"]}))
+        [Query(job='job0', co_runners=('job1', 'job2'), shares=None)]
+        >>> m.queries_from_frame(pd.DataFrame({"job": ["job0"], "co_runner": ["job7"]}))
+        Traceback (most recent call last):
+        ...
+        interplace.errors.InputError: pairs row 0: unknown job 'job7' (the model was fitted on 3 jobs: job0, job1, job2; a new job needs an isolated run, with counters, in the fit data)
+        """  # noqa: E501
+        missing = [c for c in ("job", "co_runner") if c not in pairs.columns]
+        if missing:
+            raise InputError(
+                f"pairs table lacks column(s) {', '.join(missing)} (needs job, co_runner)"
+            )
+        known = set(self.jobs)
+        queries = []
+        for pos, (job, co) in enumerate(
+            zip(pairs["job"].tolist(), pairs["co_runner"].tolist(), strict=True)
+        ):
+            for column, value in (("job", job), ("co_runner", co)):
+                if not isinstance(value, str) or not value.strip():
+                    raise InputError(f"pairs row {pos} has no {column} (got {value!r})")
+            parts = tuple(p.strip() for p in co.split("+"))
+            if any(not p for p in parts):
+                raise InputError(f"pairs row {pos}: co_runner {co!r} has an empty name")
+            for name in (job, *parts):
+                if name not in known:
+                    shown = ", ".join(self.jobs[:8]) + (", ..." if len(self.jobs) > 8 else "")
+                    raise InputError(
+                        f"pairs row {pos}: unknown job {name!r} (the model was fitted on "
+                        f"{len(self.jobs)} jobs: {shown}; a new job needs an isolated run, "
+                        "with counters, in the fit data)"
+                    )
+            queries.append(Query(job, parts))
+        return queries
+
     def predict_frame(
         self, pairs: pd.DataFrame, *, num_samples: int = 500, seed: int = 0
     ) -> pd.DataFrame:
         """Predictions for a table with ``job`` and ``co_runner`` columns, in row order.
 
-        ``co_runner`` holds one job or several joined by ``+``. The result has the columns
-        ``job``, ``co_runner``, ``speed_mean``, ``speed_q05``, ``speed_q95``.
+        Rows are read by :meth:`queries_from_frame`. The result has the columns ``job``,
+        ``co_runner``, ``speed_mean``, ``speed_q05``, ``speed_q95``.
         """
-        for c in ("job", "co_runner"):
-            if c not in pairs.columns:
-                raise InputError(f"pairs table lacks column {c!r} (needs job, co_runner)")
-        queries = []
-        for pos, (job, co) in enumerate(
-            zip(pairs["job"].tolist(), pairs["co_runner"].tolist(), strict=True)
-        ):
-            if not isinstance(job, str) or not job:
-                raise InputError(f"pairs row {pos} has no job (got {job!r})")
-            if not isinstance(co, str) or not co:
-                raise InputError(f"pairs row {pos} has no co_runner (got {co!r})")
-            parts = tuple(p.strip() for p in co.split("+"))
-            if any(not p for p in parts):
-                raise InputError(f"pairs row {pos}: co_runner {co!r} has an empty name")
-            queries.append(Query(job, parts))
-        p = self.posterior_speed(queries, num_samples=num_samples, seed=seed)
+        p = self.posterior_speed(
+            self.queries_from_frame(pairs), num_samples=num_samples, seed=seed
+        )
         return pd.DataFrame(
             {
                 "job": pairs["job"].astype(str).tolist(),
