@@ -1,7 +1,7 @@
 """Held-out accuracy, calibration, counter denoising and fit time of the interference model.
 
 Run: ``python benchmarks/accuracy.py [--seeds 0 1 2] [--lucid ../shared/datasets/lucid]
-[--out results.json] [--parts gavel lucid denoise]``
+[--out results.json] [--parts gavel lucid denoise] [--families none model]``
 
 For every data set and split it fits the model once per seed (the seed picks both the split
 and the fit) and reports, per seed and as the median over seeds: the model's held-out MAE,
@@ -9,6 +9,11 @@ the MAE of each baseline measured on the same split (no interference, global mea
 mean, the utilisation-sum rule :math:`\\min(1, 100 / \\sum \\text{solo GPU util})` where solo
 counters exist), the ratio of the model's MAE to the best baseline, the share of held-out
 measurements inside the 90% predictive interval, and the fit time.
+
+Every Gavel and Lucid split runs twice (``--families``): without job families, and with the
+runs' ``model`` column as families (Lucid's network; Gavel's job name without its batch
+size). With families it also reports the family lookup baseline
+(:func:`interplace.model.family_lookup`), which knows the families too.
 
 Splits: ``random`` holds out 30% of the co-located runs (all isolated runs stay in training);
 ``cold`` holds out every co-located run of 8 jobs, keeping their isolated runs and counters.
@@ -40,16 +45,24 @@ from interplace.datasets import CoLocationData, load_gavel, load_lucid, syntheti
 from interplace.model import cold_split, colocated_rows, evaluate, fit, row_queries
 
 
-def split_results(data: CoLocationData, kind: str, seeds: list[int]) -> dict[str, Any]:
+def split_results(
+    data: CoLocationData, kind: str, seeds: list[int], family: str | None = None
+) -> dict[str, Any]:
     runs = []
     for seed in seeds:
-        r = evaluate(data, seed=seed, cold_jobs=8 if kind == "cold" else None)
+        r = evaluate(data, seed=seed, cold_jobs=8 if kind == "cold" else None, family=family)
         runs.append(r)
         m = r["model"]
+        fam = (
+            ""
+            if family is None
+            else f", family lookup {r['family_baseline']['mae']:.4f} "
+            f"(ratio {r['mae_ratio_to_family_baseline']:.3f})"
+        )
         print(
-            f"  {data.name} {kind} seed {seed}: MAE {m['mae']:.4f}, best baseline "
-            f"{r['best_baseline']} {r['baselines'][r['best_baseline']]['mae']:.4f}, ratio "
-            f"{r['mae_ratio_to_best']:.3f}, coverage {m['coverage_90']:.3f}, "
+            f"  {data.name} {kind} family={family} seed {seed}: MAE {m['mae']:.4f}, best "
+            f"baseline {r['best_baseline']} {r['baselines'][r['best_baseline']]['mae']:.4f}, "
+            f"ratio {r['mae_ratio_to_best']:.3f}{fam}, coverage {m['coverage_90']:.3f}, "
             f"fit {m['fit_seconds']:.1f} s",
             file=sys.stderr,
         )
@@ -58,9 +71,19 @@ def split_results(data: CoLocationData, kind: str, seeds: list[int]) -> dict[str
         return float(statistics.median(values))
 
     base_names = list(runs[0]["baselines"])
+    fam_results: dict[str, Any] = {}
+    if family is not None:
+        fam_results = {
+            "family_baseline_mae": med([r["family_baseline"]["mae"] for r in runs]),
+            "ratio_to_family_baseline": med([r["mae_ratio_to_family_baseline"] for r in runs]),
+            "ratio_to_family_baseline_per_seed": [
+                r["mae_ratio_to_family_baseline"] for r in runs
+            ],
+        }
     return {
         "data": data.name,
         "split": kind,
+        "family": family,
         "seeds": seeds,
         "test_rows": med([r["split"]["test_rows"] for r in runs]),
         "model_mae": med([r["model"]["mae"] for r in runs]),
@@ -79,6 +102,7 @@ def split_results(data: CoLocationData, kind: str, seeds: list[int]) -> dict[str
         "coverage_per_seed": [r["model"]["coverage_90"] for r in runs],
         "interval_width_90": med([r["model"]["interval_width_90"] for r in runs]),
         "fit_seconds": med([r["model"]["fit_seconds"] for r in runs]),
+        **fam_results,
     }
 
 
@@ -126,16 +150,16 @@ def denoise(seeds: list[int], n_jobs: int = 10, samples_per_run: int = 20) -> di
     }
 
 
-def cold_breakdown(data: CoLocationData, seed: int) -> dict[str, Any]:
+def cold_breakdown(data: CoLocationData, seed: int, family: str | None) -> dict[str, Any]:
     """Held-out MAE of the cold split by side: the cold job's own speed, or a warm job's."""
     train, test, cold = cold_split(data, cold_jobs=8, seed=seed)
-    model = fit(train, seed=seed)
+    model = fit(train, seed=seed, family=family)
     mean = model.posterior_speed(row_queries(test), seed=seed).mean
     rows = colocated_rows(train)
     per_job = rows.groupby("job")["speed"].mean()
     base = test["job"].map(per_job).fillna(float(rows["speed"].mean())).to_numpy()
     y = test["speed"].to_numpy()
-    out: dict[str, Any] = {"seed": seed, "cold_jobs": cold}
+    out: dict[str, Any] = {"seed": seed, "family": family, "cold_jobs": cold}
     is_cold = test["job"].isin(cold).to_numpy()
     for name, mask in (("cold_job", is_cold), ("warm_job_cold_co_runner", ~is_cold)):
         out[name] = {
@@ -146,16 +170,17 @@ def cold_breakdown(data: CoLocationData, seed: int) -> dict[str, Any]:
     return out
 
 
-def fit_time(data: CoLocationData, repeats: int) -> dict[str, Any]:
+def fit_time(data: CoLocationData, repeats: int, family: str | None) -> dict[str, Any]:
     times = []
     steps = []
     for seed in range(repeats):
         t0 = time.perf_counter()
-        m = fit(data, seed=seed)
+        m = fit(data, seed=seed, family=family)
         times.append(time.perf_counter() - t0)
         steps.append(m.info["steps"])
     return {
         "data": data.name,
+        "family": family,
         "seconds": times,
         "median_seconds": statistics.median(times),
         "steps": steps,
@@ -175,22 +200,38 @@ def main() -> None:
         help="which parts to run (default: all)",
     )
     ap.add_argument(
+        "--families",
+        nargs="+",
+        choices=("none", "model"),
+        default=["none", "model"],
+        help="fit without job families, with the runs' model column as families, or both "
+        "(default: both)",
+    )
+    ap.add_argument(
         "--cold-breakdown",
         action="store_true",
         help="only print the Lucid cold-start MAE split by which side is cold (first seed)",
     )
     args = ap.parse_args()
     if args.cold_breakdown:
-        print(json.dumps(cold_breakdown(load_lucid(args.lucid), args.seeds[0]), indent=2))
+        lucid = load_lucid(args.lucid)
+        for f in args.families:
+            family = None if f == "none" else f
+            print(json.dumps(cold_breakdown(lucid, args.seeds[0], family), indent=2))
         return
     results: dict[str, Any] = {"seeds": args.seeds, "splits": []}
+    families = [None if f == "none" else f for f in args.families]
     for gpu in ("v100", "p100", "k80") if "gavel" in args.parts else ():
-        results["splits"].append(split_results(load_gavel(gpu).data, "random", args.seeds))
+        for family in families:
+            results["splits"].append(
+                split_results(load_gavel(gpu).data, "random", args.seeds, family)
+            )
     if "lucid" in args.parts and args.lucid.is_dir():
         lucid = load_lucid(args.lucid)
-        for kind in ("random", "cold"):
-            results["splits"].append(split_results(lucid, kind, args.seeds))
-        results["fit_time_lucid"] = fit_time(lucid, len(args.seeds))
+        for family in families:
+            for kind in ("random", "cold"):
+                results["splits"].append(split_results(lucid, kind, args.seeds, family))
+        results["fit_time_lucid"] = [fit_time(lucid, len(args.seeds), f) for f in families]
     elif "lucid" in args.parts:
         print(f"  {args.lucid} not found: Lucid skipped", file=sys.stderr)
     if "denoise" in args.parts:

@@ -157,6 +157,10 @@ def test_demo_scores_the_model_on_held_out_gavel_pairs(
     # band allows for approximate-posterior miscalibration too.
     assert 0.75 <= coverage <= 0.98
     assert "no_interference" in out and "per_job_mean" in out
+    # The demo fits with each network as a job family and names the baseline that knows them.
+    assert "each network's batch sizes as one job family" in out
+    family = _demo_number(out, r"knows the families too \(family_lookup\) has MAE (\d\.\d{3})")
+    assert 0 < family < 1
     png = out_dir / "gavel-v100-heldout.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     assert sorted(p.name for p in out_dir.iterdir()) == [

@@ -376,3 +376,70 @@ def test_fit_refuses_mixed_modes_and_fits_one_with_mode(
     argv = ["fit", "--runs", str(runs), "--out", str(out), "--steps", "50", "--quiet"]
     assert main([*argv, "--mode", "mps"]) == 0
     assert json.loads((out / "model.json").read_text())["info"]["mode"] == "mps"
+
+
+def test_fit_and_evaluate_take_job_families(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, fitted: Fitted
+) -> None:
+    runs = pd.read_csv(fitted.data / "runs.csv")
+    runs["model"] = ["even" if int(j[-1]) % 2 == 0 else "odd" for j in runs["job"]]
+    runs_path = tmp_path / "runs.csv"
+    runs.to_csv(runs_path, index=False)
+    samples = str(fitted.data / "samples.csv")
+    code, text, err = run(
+        capsys,
+        "evaluate",
+        "--runs",
+        str(runs_path),
+        "--samples",
+        samples,
+        "--cold-jobs",
+        "1",
+        "--family",
+        "model",
+        "--steps",
+        EVAL_STEPS,
+        "--quiet",
+    )
+    assert (code, err) == (0, "")
+    result = json.loads(text)
+    assert result["family"] == "model" and "mae" in result["family_baseline"]
+    model = tmp_path / "model"
+    code, _, err = run(
+        capsys,
+        "fit",
+        "--runs",
+        str(runs_path),
+        "--samples",
+        samples,
+        "--family",
+        "model",
+        "--out",
+        str(model),
+        "--steps",
+        STEPS,
+        "--quiet",
+    )
+    assert (code, err) == (0, "")
+    assert json.loads((model / "model.json").read_text())["families"] == [
+        "even",
+        "odd",
+        "even",
+        "odd",
+    ]
+    missing = tmp_path / "other"
+    assert_one_line_error(
+        *run(
+            capsys,
+            "fit",
+            "--runs",
+            str(runs_path),
+            "--family",
+            "team",
+            "--out",
+            str(missing),
+            "--quiet",
+        ),
+        "runs table has no column 'team' to take job families from",
+    )
+    assert not missing.exists()

@@ -249,11 +249,28 @@ def test_a_tensor_of_the_wrong_shape_is_refused(
 # ------------------------------------------------------------------------- model.json
 
 
-@pytest.mark.parametrize("version", [FORMAT_VERSION + 1, FORMAT_VERSION - 1, 0, "1", None])
+@pytest.mark.parametrize("version", [FORMAT_VERSION + 1, 1, 0, "3", None])
 def test_another_format_version_is_refused(saved: Path, version: object) -> None:
     _edit_meta(saved, lambda m: m.update(format_version=version))
     with pytest.raises(InputError, match=rf"model format version {version!r}; this interplace"):
         InterferenceModel.load(saved)
+
+
+def test_a_version_2_model_still_loads(small_model: InterferenceModel, saved: Path) -> None:
+    # Version 3 only added job families; a version 2 directory is one without them (its
+    # hyper-parameters lack the family ones, which take their defaults).
+    def to_v2(meta: dict[str, Any]) -> None:
+        meta["format_version"] = 2
+        meta.pop("families")
+        meta["hyper"] = {k: v for k, v in meta["hyper"].items() if not k.startswith("family")}
+
+    _edit_meta(saved, to_v2)
+    loaded = InterferenceModel.load(saved)
+    assert loaded.families is None
+    q = _queries(small_model)
+    np.testing.assert_array_equal(
+        loaded.posterior_speed(q).speed.numpy(), small_model.posterior_speed(q).speed.numpy()
+    )
 
 
 def test_a_missing_format_version_is_refused(saved: Path) -> None:

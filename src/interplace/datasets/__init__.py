@@ -19,8 +19,8 @@ layer is being built (the data issue); what exists so far:
   data set's ground truth (``truth.json``, versioned, plus CSV tables) beside its runs.
 
 >>> g = load_gavel("v100")
->>> sorted(g.data.pairs().columns)[:3]
-['co_runner', 'gpu_type', 'isolated']
+>>> sorted(g.data.pairs().columns)[:4]
+['batch_size', 'co_runner', 'gpu_type', 'isolated']
 """
 
 from interplace.datasets.gavel import (

@@ -34,6 +34,9 @@ stored as 0 (could not run) are left out. Every multi-GPU pair entry is 0, so co
 is single-GPU only. The runs carry a ``gpu_type`` column and no ``mode``: Gavel ran the two
 jobs as two processes on one GPU, and whether its profiling used CUDA MPS (its dispatcher
 has an optional ``use_mps`` switch) is not recorded, so the sharing mode is unknown.
+:func:`load_gavel` adds two columns read off Gavel's job names, ``"<model> (batch size
+<n>)"``: ``model`` (the network, which the model can use as a job family) and ``batch_size``
+(missing for the jobs named without one, such as ``A3C``).
 
 Which file: Gavel also has ``physical_cluster_throughputs.json``, identical except for 73
 isolated values re-measured later (Recommendation jobs up to 11x faster on V100), while the
@@ -58,6 +61,7 @@ import importlib.resources
 import json
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,6 +78,7 @@ __all__ = [
     "GPU_TYPES",
     "GavelData",
     "convert_gavel",
+    "job_model",
     "load_gavel",
     "read_converted",
     "read_gavel_json",
@@ -311,10 +316,26 @@ class GavelData:
         return not bool(((pairs["job"] == a) & (pairs["co_runner"] == b)).any())
 
 
+_BATCH = re.compile(r"^(?P<model>.+?) \(batch size (?P<batch>\d+)\)$")
+
+
+def job_model(job: str) -> tuple[str, int | None]:
+    """The network and batch size in a Gavel job name (batch size None where it has none).
+
+    >>> job_model("ResNet-50 (batch size 64)"), job_model("A3C")
+    (('ResNet-50', 64), ('A3C', None))
+    """
+    m = _BATCH.match(job)
+    return (job, None) if m is None else (m.group("model"), int(m.group("batch")))
+
+
 def _select(
     runs: pd.DataFrame, infeasible: pd.DataFrame, scaling: pd.DataFrame, gpu_type: str
 ) -> GavelData:
     r = runs.loc[runs["gpu_type"] == gpu_type].reset_index(drop=True)
+    parsed = [job_model(str(j)) for j in r["job"]]
+    r["model"] = [m for m, _ in parsed]
+    r["batch_size"] = pd.array([b for _, b in parsed], dtype="Int64")
     i = infeasible.loc[infeasible["gpu_type"] == gpu_type, ["job", "co_runner"]]
     s = scaling.loc[scaling["gpu_type"] == gpu_type].reset_index(drop=True)
     if len(r) == 0:

@@ -42,6 +42,8 @@ __all__ = [
     "Counters",
     "Observations",
     "counters_from_samples",
+    "family_index",
+    "job_families",
     "observations_from_runs",
     "select_mode",
     "subset_runs",
@@ -144,6 +146,80 @@ class Counters:
             return []
         alone = self.members[:, :n_jobs].sum(1) == 1
         return [(int(g), int(np.argmax(self.members[g, :n_jobs]))) for g in np.flatnonzero(alone)]
+
+
+def job_families(
+    data: CoLocationData, jobs: Sequence[str], family: str | Mapping[str, str]
+) -> tuple[str | None, ...]:
+    """The family of each of ``jobs``: from a runs-table column, or from a job -> family map.
+
+    ``family`` names a column of ``data.runs`` (such as Lucid's ``model``) or maps job names to
+    family names. A job with no family (a missing cell, or absent from the map) gets None and
+    is a family of its own. A job whose runs name two families is refused.
+
+    >>> runs = pd.DataFrame({"run_id": ["a", "b", "c"], "job": ["x", "y", "z"],
+    ...                      "throughput": [1.0, 2.0, 3.0], "model": ["M", "M", None]})
+    >>> job_families(CoLocationData(runs, None, "toy"), ["x", "y", "z"], "model")
+    ('M', 'M', None)
+    """
+    if isinstance(family, str):
+        runs = data.runs
+        if family not in runs.columns:
+            raise InputError(
+                f"{data.name}: runs table has no column {family!r} to take job families from"
+            )
+        if family in ("run_id", "job", "throughput"):
+            raise InputError(f"column {family!r} cannot name job families")
+        values: dict[str, set[str]] = {}
+        for job, value in zip(runs["job"].astype(str), runs[family], strict=True):
+            if value is None or (not isinstance(value, str) and bool(pd.isna(value))):
+                continue
+            text = str(value).strip()
+            if text:
+                values.setdefault(job, set()).add(text)
+        out: list[str | None] = []
+        for job in jobs:
+            names = sorted(values.get(job, ()))
+            if len(names) > 1:
+                raise InputError(
+                    f"{data.name}: job {job!r} has {len(names)} families in column {family!r} "
+                    f"({', '.join(repr(n) for n in names[:3])})"
+                )
+            out.append(names[0] if names else None)
+        return tuple(out)
+    if not isinstance(family, Mapping):
+        raise InputError(
+            f"family must be a column name or a job -> family mapping, not {type(family).__name__}"
+        )
+    fams: list[str | None] = []
+    for job in jobs:
+        name = family.get(job)
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise InputError(f"family of job {job!r} must be a non-empty string, not {name!r}")
+        fams.append(None if name is None else name.strip())
+    return tuple(fams)
+
+
+def family_index(families: Sequence[str | None]) -> tuple[np.ndarray[Any, Any], int]:
+    """Index each job's family: named families first (sorted), then one per unnamed job.
+
+    Returns the ``(J,)`` integer index and the number of families.
+
+    >>> idx, n = family_index(["b", None, "a", "b"])
+    >>> idx.tolist(), n
+    ([1, 2, 0, 1], 3)
+    """
+    names = sorted({f for f in families if f is not None})
+    index = {n: i for i, n in enumerate(names)}
+    out = np.empty(len(families), dtype=np.int64)
+    nxt = len(names)
+    for j, f in enumerate(families):
+        if f is None:
+            out[j] = nxt
+            nxt += 1
+        else:
+            out[j] = index[f]
+    return out, nxt
 
 
 def subset_runs(data: CoLocationData, keep_runs: set[str], name: str) -> CoLocationData:

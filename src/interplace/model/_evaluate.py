@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,7 @@ import pandas as pd
 
 from interplace.datasets.runs import CoLocationData
 from interplace.errors import InputError
-from interplace.model._data import select_mode, subset_runs
+from interplace.model._data import job_families, select_mode, subset_runs
 from interplace.model._fit import fit
 from interplace.model._fitted import InterferenceModel, Query, SpeedPosterior
 from interplace.topology import Topology
@@ -22,6 +23,7 @@ __all__ = [
     "cold_split",
     "colocated_rows",
     "evaluate",
+    "family_lookup",
     "holdout_split",
     "row_queries",
     "score",
@@ -175,6 +177,48 @@ def baselines(train: CoLocationData, test: pd.DataFrame) -> dict[str, dict[str, 
     return out
 
 
+def family_lookup(
+    train: CoLocationData, test: pd.DataFrame, families: Mapping[str, str | None]
+) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """A baseline that knows job families: the mean training speed of the same families.
+
+    For a test row (job ``j`` next to co-runners ``C``) it predicts the mean training speed of
+    rows whose job has ``j``'s family and whose co-runners have the families of ``C``; failing
+    that, ``j``'s own mean training speed, then its family's, then the global mean. A job
+    without a family (None, or absent from ``families``) is a family of its own. This is the
+    yardstick for a model fitted with families: it uses the same information.
+
+    >>> runs = pd.DataFrame({"run_id": ["a", "b", "c", "p", "p", "q", "q"],
+    ...                      "job": ["x", "y", "z", "x", "y", "z", "z"],
+    ...                      "throughput": [10.0, 4.0, 2.0, 5.0, 3.0, 1.5, 1.0]})
+    >>> test = pd.DataFrame({"job": ["z", "x"], "co_runner": ["y", "y"], "speed": [0.6, 0.5]})
+    >>> family_lookup(CoLocationData(runs, None, "toy"), test, {"x": "F", "z": "F"}).tolist()
+    [0.5, 0.5]
+    """
+    rows = colocated_rows(train)
+
+    def fam(job: str) -> str:
+        f = families.get(job)
+        return f"job:{job}" if f is None else f"family:{f}"
+
+    def key(job: str, co: str) -> tuple[str, tuple[str, ...]]:
+        return fam(job), tuple(sorted(fam(c) for c in co.split("+")))
+
+    global_mean = float(rows["speed"].mean()) if len(rows) else 1.0
+    by_key: dict[tuple[str, tuple[str, ...]], list[float]] = {}
+    by_job: dict[str, list[float]] = {}
+    by_fam: dict[str, list[float]] = {}
+    for job, co, speed in zip(rows["job"], rows["co_runner"], rows["speed"], strict=True):
+        by_key.setdefault(key(job, co), []).append(float(speed))
+        by_job.setdefault(job, []).append(float(speed))
+        by_fam.setdefault(fam(job), []).append(float(speed))
+    out = []
+    for job, co in zip(test["job"], test["co_runner"], strict=True):
+        found = by_key.get(key(job, co)) or by_job.get(job) or by_fam.get(fam(job))
+        out.append(float(np.mean(found)) if found else global_mean)
+    return np.asarray(out, dtype=float)
+
+
 def row_queries(rows: pd.DataFrame) -> list[Query]:
     """One :class:`Query` per row of :func:`colocated_rows` (co-runners split at ``+``)."""
     return [
@@ -232,6 +276,7 @@ def evaluate(
     progress: bool = False,
     fit_kwargs: dict[str, Any] | None = None,
     mode: str | None = None,
+    family: str | Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Fit on a seeded split of ``data`` and score held-out speeds against the baselines.
 
@@ -239,7 +284,10 @@ def evaluate(
     ``holdout_frac`` of the co-located runs are held out. The result is JSON-ready: the split,
     the model's MAE / coverage / width and fit time, each baseline's MAE, and the ratio of the
     model's MAE to the best available baseline. ``mode`` selects one sharing mode first
-    (:func:`~interplace.model._data.select_mode`).
+    (:func:`~interplace.model._data.select_mode`). ``family`` (a runs-table column or a job ->
+    family map) fits with job families (:func:`~interplace.model.fit`) and adds the
+    :func:`family_lookup` baseline, which knows them too, as ``family_baseline`` with the
+    model's ratio to it; ``best_baseline`` stays the best of :func:`baselines`.
     """
     data = select_mode(data, mode)
     if cold_jobs is not None:
@@ -253,14 +301,20 @@ def evaluate(
     split.update({"seed": seed, "test_rows": len(test), "test_runs": int(test["run_id"].nunique())})
     start = time.perf_counter()
     model = fit(
-        train, seed=seed, steps=steps, topology=topology, progress=progress, **(fit_kwargs or {})
+        train,
+        seed=seed,
+        steps=steps,
+        topology=topology,
+        progress=progress,
+        family=family,
+        **(fit_kwargs or {}),
     )
     fit_s = time.perf_counter() - start
     result = score(model, test, seed=seed)
     result.update({"fit_seconds": fit_s, "steps": model.info["steps"]})
     base = baselines(train, test)
     best, ratio = best_baseline(base, result["mae"])
-    return {
+    out: dict[str, Any] = {
         "data": data.name,
         "split": split,
         "model": result,
@@ -268,3 +322,12 @@ def evaluate(
         "best_baseline": best,
         "mae_ratio_to_best": ratio,
     }
+    if family is not None:
+        jobs = sorted(data.runs["job"].astype(str).unique().tolist())
+        fams = dict(zip(jobs, job_families(data, jobs, family), strict=True))
+        pred = family_lookup(train, test, fams)
+        fmae = float(np.mean(np.abs(pred - test["speed"].to_numpy(dtype=float))))
+        out["family"] = family if isinstance(family, str) else "mapping"
+        out["family_baseline"] = {"mae": fmae}
+        out["mae_ratio_to_family_baseline"] = result["mae"] / fmae if fmae > 0 else None
+    return out

@@ -23,11 +23,13 @@ from interplace.model._data import (
     Counters,
     Observations,
     counters_from_samples,
+    family_index,
+    job_families,
     observations_from_runs,
     select_mode,
 )
 from interplace.model._fitted import InterferenceModel
-from interplace.model._net import SITES, Hyper, InterferenceNet
+from interplace.model._net import FAMILY_SITES, SITES, Hyper, InterferenceNet
 from interplace.model._topo import share_table
 from interplace.topology import Topology
 
@@ -98,6 +100,7 @@ def fit(
     rel_tol: float = 1e-3,
     progress: bool = False,
     mode: str | None = None,
+    family: str | Mapping[str, str] | None = None,
 ) -> InterferenceModel:
     """Fit the interference model of :mod:`interplace.model` to ``data`` by SVI.
 
@@ -113,6 +116,12 @@ def fit(
 
     ``mode`` picks the runs of one sharing mode (:func:`~interplace.model._data.select_mode`):
     data that mixes ``timeslice`` and ``mps`` runs is refused without it.
+
+    ``family`` groups jobs into families (the same network at other batch sizes, with or
+    without mixed precision): a column of the runs table, such as Lucid's ``model``, or a map
+    from job to family name (:func:`~interplace.model._data.job_families`). Jobs of one family
+    then share prior centres of their latents (the family level in :mod:`interplace.model`),
+    which is what lets a job with only an isolated run borrow from its relatives.
 
     ``topology`` is needed only when a run places its jobs on different devices (its
     :meth:`~interplace.topology.Topology.domains` decide which resources they share). ``device``
@@ -148,6 +157,7 @@ def fit(
     counters = counters_from_samples(data, jobs, full_scale, resources)
     if len(obs) == 0 and len(counters) == 0:
         raise InputError(f"{data.name}: nothing to fit: no co-located run and no counter samples")
+    families = None if family is None else job_families(data, jobs, family)
     tensors = _tensors(obs, counters, resources, dev)
     init_demand = _initial_demand(counters, len(jobs), resources, hyper, seed).to(dev)
     start = time.perf_counter()
@@ -162,7 +172,12 @@ def fit(
             torch.manual_seed(seed)
             with pyro.settings.context(module_local_params=True):
                 # Both modules are built under the setting, so their parameters stay local.
-                net = InterferenceNet(len(jobs), len(resources), len(counters.metrics), hyper)
+                fam_t = None
+                if families is not None:
+                    fam_t = torch.as_tensor(family_index(families)[0], device=dev)
+                net = InterferenceNet(
+                    len(jobs), len(resources), len(counters.metrics), hyper, fam_t
+                )
                 guide = AutoNormal(
                     net,
                     init_loc_fn=init_to_value(
@@ -224,7 +239,7 @@ def fit(
                         getattr(guide.locs, name).detach().to("cpu", torch.float64).clone(),
                         getattr(guide.scales, name).detach().to("cpu", torch.float64).clone(),
                     )
-                    for name in SITES
+                    for name in (*SITES, *(FAMILY_SITES if families is not None else ()))
                 }
     finally:
         torch.set_num_threads(threads)
@@ -245,6 +260,7 @@ def fit(
         "jobs_with_isolated_counters": with_counters,
         "device": str(dev),
         "mode": mode,
+        "family": family if isinstance(family, str) else None,
     }
     return InterferenceModel(
         jobs=jobs,
@@ -254,4 +270,5 @@ def fit(
         hyper=hyper,
         posterior=posterior,
         info=info,
+        families=families,
     )

@@ -18,8 +18,9 @@ import torch
 
 from interplace.datasets.runs import CoLocationData
 from interplace.errors import InputError
-from interplace.model._data import METRIC_RESOURCE, counters_from_samples
+from interplace.model._data import METRIC_RESOURCE, counters_from_samples, family_index
 from interplace.model._net import (
+    FAMILY_SITES,
     SITES,
     Hyper,
     counter_mean,
@@ -35,11 +36,14 @@ __all__ = [
     "SpeedPosterior",
 ]
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """Version of the saved model directory layout (``model.json`` + ``posterior.safetensors``).
 
 Version 2 added the intensity sites (``log_intensity``, ``intensity_sd``); version 1 models
-are refused (refit them)."""
+are refused (refit them). Version 3 added job families (the ``families`` list, the family
+sites and their hyper-parameters); version 2 models, which have none, load unchanged."""
+
+_READS = (2, 3)
 
 _META = "model.json"
 _WEIGHTS = "posterior.safetensors"
@@ -130,10 +134,13 @@ class SpeedPosterior:
 class InterferenceModel:
     """A fitted model: its jobs, resources and counter metrics, and the variational posterior.
 
-    ``posterior`` maps each latent site of :data:`interplace.model._net.SITES` to the
+    ``posterior`` maps each latent site of :data:`interplace.model._net.SITES` (and, for a
+    model fitted with job families, :data:`~interplace.model._net.FAMILY_SITES`) to the
     ``(loc, scale)`` of its normal guide in unconstrained space (positive sites are the exp of
-    it). ``info`` records how the model was fitted. Predictions draw from this posterior with
-    a private RNG seeded per call, so they are reproducible and thread-free of global state.
+    it). ``info`` records how the model was fitted. ``families`` is each job's family (None:
+    a family of its own), or None for a model fitted without families. Predictions draw from
+    this posterior with a private RNG seeded per call, so they are reproducible and
+    thread-free of global state.
     """
 
     jobs: tuple[str, ...]
@@ -143,6 +150,7 @@ class InterferenceModel:
     hyper: Hyper
     posterior: Mapping[str, tuple[torch.Tensor, torch.Tensor]]
     info: Mapping[str, Any] = field(default_factory=dict)
+    families: tuple[str | None, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.jobs or len(set(self.jobs)) != len(self.jobs):
@@ -168,9 +176,21 @@ class InterferenceModel:
             "log_intensity": (n_jobs, n_res),
             "intensity_sd": (n_res,),
         }
-        if set(self.posterior) != set(SITES):
+        expected = set(SITES)
+        if self.families is not None:
+            if len(self.families) != n_jobs or not all(
+                f is None or (isinstance(f, str) and f) for f in self.families
+            ):
+                raise InputError(
+                    f"families must name one family (or None) for each of {n_jobs} jobs"
+                )
+            n_fam = family_index(self.families)[1]
+            shapes["family_sd"] = (3 * n_res + 1,)
+            shapes["family_effect"] = (n_fam, 3 * n_res + 1)
+            expected |= set(FAMILY_SITES)
+        if set(self.posterior) != expected:
             raise InputError(
-                f"posterior has sites {sorted(self.posterior)}, expected {sorted(SITES)}"
+                f"posterior has sites {sorted(self.posterior)}, expected {sorted(expected)}"
             )
         for name, shape in shapes.items():
             loc, scale = self.posterior[name]
@@ -198,12 +218,17 @@ class InterferenceModel:
             raise InputError(f"num_samples must be an integer >= 2, not {num_samples!r}")
         gen = torch.Generator().manual_seed(int(seed))
         out = {}
-        for name in SITES:  # fixed order: the same seed gives the same draws
+        support = {**SITES, **FAMILY_SITES}
+        for name in self._site_names():  # fixed order: the same seed gives the same draws
             loc, scale = self.posterior[name]
             eps = torch.randn((num_samples, *loc.shape), generator=gen, dtype=torch.float64)
             z = loc + scale * eps
-            out[name] = z.exp() if SITES[name] == "positive" else z
+            out[name] = z.exp() if support[name] == "positive" else z
         return out
+
+    def _site_names(self) -> tuple[str, ...]:
+        """The model's latent sites in their fixed order (family sites last)."""
+        return (*SITES, *(FAMILY_SITES if self.families is not None else ()))
 
     def demand(self, num_samples: int = 500, seed: int = 0) -> pd.DataFrame:
         """Posterior median demand of each job (rows) on each resource (columns)."""
@@ -480,7 +505,8 @@ class InterferenceModel:
             "metrics": list(self.metrics),
             "full_scale": list(self.full_scale),
             "hyper": dict(self.hyper.__dict__),
-            "sites": dict(SITES),
+            "sites": {n: {**SITES, **FAMILY_SITES}[n] for n in self._site_names()},
+            "families": None if self.families is None else list(self.families),
             "info": _jsonable(dict(self.info)),
         }
         tensors = {}
@@ -529,10 +555,10 @@ class InterferenceModel:
         if not isinstance(meta, dict) or meta.get("format") != _FORMAT_NAME:
             raise InputError(f"{meta_path}: not an interplace model description")
         version = meta.get("format_version")
-        if version != FORMAT_VERSION:
+        if version not in _READS:
             raise InputError(
                 f"{meta_path}: model format version {version!r}; this interplace reads "
-                f"version {FORMAT_VERSION}"
+                f"versions {', '.join(str(v) for v in _READS)}"
             )
         try:
             tensors = load_file(str(weights))
@@ -540,13 +566,20 @@ class InterferenceModel:
             raise InputError(f"{weights}: not a readable safetensors file ({exc})") from None
         try:
             hyper = Hyper(**{k: float(v) for k, v in meta["hyper"].items()})
+            raw_families = meta.get("families")
+            families = None
+            if raw_families is not None:
+                if not isinstance(raw_families, list):
+                    raise InputError(f"{meta_path}: families must be a list")
+                families = tuple(None if f is None else str(f) for f in raw_families)
+            names = (*SITES, *(FAMILY_SITES if families is not None else ()))
             posterior = {}
-            for name in SITES:
+            for name in names:
                 posterior[name] = (
                     tensors[f"{name}.loc"].to(torch.float64),
                     tensors[f"{name}.scale"].to(torch.float64),
                 )
-            extra = sorted(set(tensors) - {f"{n}.{p}" for n in SITES for p in ("loc", "scale")})
+            extra = sorted(set(tensors) - {f"{n}.{p}" for n in names for p in ("loc", "scale")})
             if extra:
                 raise InputError(f"{weights}: unexpected tensor {extra[0]!r}")
             return cls(
@@ -557,6 +590,7 @@ class InterferenceModel:
                 hyper=hyper,
                 posterior=posterior,
                 info=dict(meta.get("info", {})),
+                families=families,
             )
         except InputError:
             raise

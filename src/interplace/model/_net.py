@@ -16,6 +16,7 @@ import torch
 from pyro.nn import PyroModule
 
 __all__ = [
+    "FAMILY_SITES",
     "KAPPA",
     "SITES",
     "Hyper",
@@ -55,6 +56,12 @@ SITES: dict[str, str] = {
 }
 """Latent sites and their support (``positive`` ones are exp of their unconstrained value)."""
 
+FAMILY_SITES: dict[str, str] = {
+    "family_sd": "positive",
+    "family_effect": "real",
+}
+"""The extra latent sites of a model fitted with job families (see :func:`family_centres`)."""
+
 
 @dataclass(frozen=True)
 class Hyper:
@@ -79,6 +86,11 @@ class Hyper:
     iso_bias_scale_scale: float = 0.5
     intensity_sd_loc: float = math.log(0.3)
     intensity_sd_scale: float = 0.5
+    family_demand_sd_loc: float = math.log(0.5)
+    family_sens_sd_loc: float = math.log(0.5)
+    family_intensity_sd_loc: float = math.log(0.3)
+    family_bias_sd_loc: float = math.log(0.03)
+    family_sd_scale: float = 0.5
 
     def __post_init__(self) -> None:
         for name, value in self.__dict__.items():
@@ -86,6 +98,38 @@ class Hyper:
                 raise ValueError(f"hyper-parameter {name} must be finite, not {value!r}")
         if self.speed_df <= 0:
             raise ValueError(f"speed_df must be > 0, not {self.speed_df!r}")
+
+
+def family_sd_loc(hyper: Hyper, n_res: int) -> list[float]:
+    """Prior median (log) of the family effects' spread, one per column of ``family_effect``.
+
+    Columns: ``n_res`` demand, ``n_res`` sensitivity and ``n_res`` intensity offsets, then the
+    isolated-throughput bias.
+    """
+    return (
+        [hyper.family_demand_sd_loc] * n_res
+        + [hyper.family_sens_sd_loc] * n_res
+        + [hyper.family_intensity_sd_loc] * n_res
+        + [hyper.family_bias_sd_loc]
+    )
+
+
+def family_centres(
+    effect: torch.Tensor, family: torch.Tensor, n_res: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each job's prior centres of log demand, ``epsilon``, ``eta`` and bias from its family.
+
+    ``effect``: ``(..., F, 3 R + 1)`` (:func:`family_sd_loc` gives the columns); ``family``:
+    ``(J,)`` family index of each job. Returns ``(..., J, R)`` offsets of log demand,
+    sensitivity noise and log intensity, and ``(..., J)`` bias offsets.
+    """
+    per_job = effect.index_select(-2, family)
+    return (
+        per_job[..., :n_res],
+        per_job[..., n_res : 2 * n_res],
+        per_job[..., 2 * n_res : 3 * n_res],
+        per_job[..., 3 * n_res],
+    )
 
 
 def _softplus(x: torch.Tensor, kappa: float = KAPPA) -> torch.Tensor:
@@ -181,15 +225,27 @@ class InterferenceNet(PyroModule):
     """The generative model over ``J`` jobs, ``R`` resources and ``M`` counter metrics.
 
     ``forward`` takes the encoded observations and counter groups as tensors (see
-    :mod:`interplace.model._data`) and scores them; it returns nothing.
+    :mod:`interplace.model._data`) and scores them; it returns nothing. ``family`` (``(J,)``
+    indices in ``0..F-1``, or None) adds the family level of :mod:`interplace.model`.
     """
 
-    def __init__(self, n_jobs: int, n_res: int, n_metrics: int, hyper: Hyper) -> None:
+    def __init__(
+        self,
+        n_jobs: int,
+        n_res: int,
+        n_metrics: int,
+        hyper: Hyper,
+        family: torch.Tensor | None = None,
+    ) -> None:
         super().__init__()
         self.n_jobs = n_jobs
         self.n_res = n_res
         self.n_metrics = max(n_metrics, 1)
         self.hyper = hyper
+        if family is not None and (family.shape != (n_jobs,) or n_jobs == 0):
+            raise ValueError(f"family must have shape ({n_jobs},), not {tuple(family.shape)}")
+        self.family = family
+        self.n_families = 0 if family is None else int(family.max()) + 1
 
     def forward(
         self,
@@ -211,6 +267,20 @@ class InterferenceNet(PyroModule):
         def c(x: float) -> torch.Tensor:
             return torch.tensor(x, dtype=dt, device=dev)
 
+        zero = c(0.0)
+        demand_off, sens_off, intensity_off, bias_off = zero, zero, zero, zero
+        if self.family is not None:
+            n_eff = 3 * self.n_res + 1
+            sd_loc = torch.tensor(family_sd_loc(h, self.n_res), dtype=dt, device=dev)
+            with pyro.plate("family_effects", n_eff, dim=-1):
+                family_sd = pyro.sample(
+                    "family_sd", dist.LogNormal(sd_loc, c(h.family_sd_scale))
+                )
+                with pyro.plate("families", self.n_families, dim=-2):
+                    effect = pyro.sample("family_effect", dist.Normal(zero, family_sd))
+            demand_off, sens_off, intensity_off, bias_off = family_centres(
+                effect, self.family, self.n_res
+            )
         with pyro.plate("resources", self.n_res, dim=-1):
             sens_loc = pyro.sample("sens_loc", dist.Normal(c(0.0), c(h.sens_loc_scale)))
             sens_slope = pyro.sample(
@@ -230,17 +300,21 @@ class InterferenceNet(PyroModule):
                 "intensity_sd", dist.LogNormal(c(h.intensity_sd_loc), c(h.intensity_sd_scale))
             )
             with pyro.plate("jobs", self.n_jobs, dim=-2):
-                log_demand = pyro.sample("log_demand", dist.Normal(demand_mu, demand_sd))
-                sens_eps = pyro.sample("sens_eps", dist.Normal(c(0.0), c(1.0)))
+                log_demand = pyro.sample(
+                    "log_demand", dist.Normal(demand_mu + demand_off, demand_sd)
+                )
+                sens_eps = pyro.sample("sens_eps", dist.Normal(sens_off, c(1.0)))
                 # Capacity taken per unit of counter-read demand: NVML utilisation is a
                 # busy-time fraction, not a capacity share, and the ratio differs by job.
-                log_intensity = pyro.sample("log_intensity", dist.Normal(c(0.0), intensity_sd))
+                log_intensity = pyro.sample(
+                    "log_intensity", dist.Normal(intensity_off, intensity_sd)
+                )
         iso_bias_scale = pyro.sample(
             "iso_bias_scale",
             dist.LogNormal(c(h.iso_bias_scale_loc), c(h.iso_bias_scale_scale)),
         )
         with pyro.plate("jobs_bias", self.n_jobs, dim=-1):
-            iso_bias = pyro.sample("iso_bias", dist.Normal(c(0.0), iso_bias_scale))
+            iso_bias = pyro.sample("iso_bias", dist.Normal(bias_off, iso_bias_scale))
         speed_noise = pyro.sample(
             "speed_noise", dist.LogNormal(c(h.speed_noise_loc), c(h.speed_noise_scale))
         )
