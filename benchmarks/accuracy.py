@@ -1,7 +1,8 @@
 """Held-out accuracy, calibration, counter denoising and fit time of the interference model.
 
 Run: ``python benchmarks/accuracy.py [--seeds 0 1 2] [--lucid ../shared/datasets/lucid]
-[--out results.json] [--parts gavel lucid denoise] [--families none model]``
+[--out results.json] [--parts gavel lucid denoise ablation] [--families none model]
+[--gavel v100 p100 k80]``
 
 For every data set and split it fits the model once per seed (the seed picks both the split
 and the fit) and reports, per seed and as the median over seeds: the model's held-out MAE,
@@ -23,7 +24,11 @@ absolute error of the raw counter samples, of each run's plain sample mean and o
 posterior mean utilisation, all in units of full scale.
 
 ``--cold-breakdown`` prints only the Lucid cold-start MAE split by side (the cold job's own
-speed, or a warm job next to a cold co-runner) for the first seed.
+speed, or a warm job next to a cold co-runner) for the first seed, as a JSON list with one
+entry per ``--families`` choice.
+
+``--parts ablation`` fits the Lucid cold start with families, switching some family effects
+off (:data:`ABLATION`), to show which of them carry the gain.
 
 Lucid (non-commercial licence) is read from ``--lucid`` when that directory exists and is
 skipped otherwise; Gavel ships with interplace.
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -42,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from interplace.datasets import CoLocationData, load_gavel, load_lucid, synthetic
-from interplace.model import cold_split, colocated_rows, evaluate, fit, row_queries
+from interplace.model import Hyper, cold_split, colocated_rows, evaluate, fit, row_queries
 
 
 def split_results(
@@ -170,6 +176,45 @@ def cold_breakdown(data: CoLocationData, seed: int, family: str | None) -> dict[
     return out
 
 
+ABLATION: dict[str, dict[str, float]] = {
+    "reference error only": {
+        "family_demand_sd_loc": math.log(1e-4),
+        "family_sens_sd_loc": math.log(1e-4),
+        "family_intensity_sd_loc": math.log(1e-4),
+    },
+    "demand, sensitivity and intensity only": {"family_bias_sd_loc": math.log(1e-4)},
+}
+"""Family effects switched off (prior spread 1e-4) in the ablation of the Lucid cold start."""
+
+
+def family_ablation(data: CoLocationData, seeds: list[int]) -> list[dict[str, Any]]:
+    """Lucid cold start with families, some family effects switched off (:data:`ABLATION`)."""
+    out = []
+    for name, change in ABLATION.items():
+        ratios = []
+        for seed in seeds:
+            r = evaluate(
+                data,
+                seed=seed,
+                cold_jobs=8,
+                family="model",
+                fit_kwargs={"hyper": Hyper(**change)},
+            )
+            ratios.append(r["mae_ratio_to_best"])
+            print(f"  ablation {name} seed {seed}: ratio {ratios[-1]:.3f}", file=sys.stderr)
+        out.append(
+            {
+                "family_effects": name,
+                "hyper": change,
+                "seeds": seeds,
+                "ratio_per_seed": ratios,
+                "ratio_to_best": float(statistics.median(ratios)),
+                "seeds_at_most_0.8": sum(x <= 0.8 for x in ratios),
+            }
+        )
+    return out
+
+
 def fit_time(data: CoLocationData, repeats: int, family: str | None) -> dict[str, Any]:
     times = []
     steps = []
@@ -195,9 +240,17 @@ def main() -> None:
     ap.add_argument(
         "--parts",
         nargs="+",
-        choices=("gavel", "lucid", "denoise"),
+        choices=("gavel", "lucid", "denoise", "ablation"),
         default=["gavel", "lucid", "denoise"],
-        help="which parts to run (default: all)",
+        help="which parts to run (default: gavel lucid denoise; ablation: which family "
+        "effects carry the Lucid cold-start gain)",
+    )
+    ap.add_argument(
+        "--gavel",
+        nargs="+",
+        choices=("v100", "p100", "k80"),
+        default=["v100", "p100", "k80"],
+        help="Gavel GPU types to run (default: all three)",
     )
     ap.add_argument(
         "--families",
@@ -215,13 +268,12 @@ def main() -> None:
     args = ap.parse_args()
     if args.cold_breakdown:
         lucid = load_lucid(args.lucid)
-        for f in args.families:
-            family = None if f == "none" else f
-            print(json.dumps(cold_breakdown(lucid, args.seeds[0], family), indent=2))
+        families = [None if f == "none" else f for f in args.families]
+        print(json.dumps([cold_breakdown(lucid, args.seeds[0], f) for f in families], indent=2))
         return
     results: dict[str, Any] = {"seeds": args.seeds, "splits": []}
     families = [None if f == "none" else f for f in args.families]
-    for gpu in ("v100", "p100", "k80") if "gavel" in args.parts else ():
+    for gpu in args.gavel if "gavel" in args.parts else ():
         for family in families:
             results["splits"].append(
                 split_results(load_gavel(gpu).data, "random", args.seeds, family)
@@ -234,6 +286,8 @@ def main() -> None:
         results["fit_time_lucid"] = [fit_time(lucid, len(args.seeds), f) for f in families]
     elif "lucid" in args.parts:
         print(f"  {args.lucid} not found: Lucid skipped", file=sys.stderr)
+    if "ablation" in args.parts and args.lucid.is_dir():
+        results["family_ablation"] = family_ablation(load_lucid(args.lucid), args.seeds)
     if "denoise" in args.parts:
         results["denoise"] = denoise(args.seeds)
     text = json.dumps(results, indent=2)

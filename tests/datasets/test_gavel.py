@@ -51,6 +51,23 @@ def test_counts_match_source_md(gpu: str) -> None:
     assert UNORDERED_PAIRS[gpu] + len(g.infeasible) == 26 * 27 // 2
     assert (runs["gpu_type"] == gpu).all()
     assert g.data.name == f"gavel-{gpu}"
+    # Every job name is "<network> (batch size <n>)" but A3C and CycleGAN, named bare.
+    jobs = runs.drop_duplicates("job").set_index("job")
+    bare = jobs.index[jobs["batch_size"].isna()].tolist()
+    assert sorted(bare) == ["A3C", "CycleGAN"]
+    assert (jobs.loc[bare, "model"] == bare).all()
+    named = jobs.drop(index=bare)
+    rebuilt = named["model"] + " (batch size " + named["batch_size"].astype(str) + ")"
+    assert (rebuilt == named.index).all()
+    assert sorted(jobs["model"].unique()) == [
+        "A3C",
+        "CycleGAN",
+        "LM",
+        "Recommendation",
+        "ResNet-18",
+        "ResNet-50",
+        "Transformer",
+    ]
 
 
 @pytest.mark.parametrize("gpu", GPU_TYPES)

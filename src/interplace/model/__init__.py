@@ -76,12 +76,11 @@ predictive intervals calibrated.
 
 *Families (optional).* Jobs often come in families: one network at several batch sizes,
 with and without mixed precision. What the counters cannot pin (sensitivity, intensity, the
-demand on resources without counters, the error of the isolated reference) is then much
-alike within a family: in Lucid's data, leaving one job out, its family's mean speed predicts
-its own mean speed next to others about as well as a regression on its counters, batch size
-and precision does, and the two together much better. (Lucid's six VGG jobs all run faster
-next to others than alone, by 5-10%: their isolated references were measured low, and only
-the family says so for a new VGG job.) Given a family :math:`f(j)` for each job
+demand on resources without counters, the error of the isolated reference) is then alike
+within a family. In Lucid's data, five of the six VGG jobs run 5-10% faster next to others
+than alone: their isolated references were measured low, and only the family says so for a
+new VGG job (most of what families add on Lucid's cold start is this shared reference error:
+the ablation in ``docs/benchmarks.md``). Given a family :math:`f(j)` for each job
 (``fit(..., family=...)``: a column of the runs table, such as Lucid's ``model``, or a
 map), every per-job latent above is centred on its family's effect instead of on zero:
 
@@ -97,8 +96,8 @@ map), every per-job latent above is centred on its family's effect instead of on
     \lambda^0 = 0.5\ (d, s),\ 0.3\ (\eta),\ 0.03\ (\beta).
 
 A family's effects are learned from its members with co-located runs, and a job known only
-from its isolated run borrows them. A job without a family is a family of its own; without
-families every centre is zero, which is the model above.
+from its isolated run borrows them. A job without a family keeps centre zero (the plain
+prior), and without families every centre is zero, which is the model above.
 
 *Counters.* In every run, the true utilisation of a GPU's metric :math:`m` (resource
 :math:`r(m)`) is the jobs' summed demand, capped at full scale:

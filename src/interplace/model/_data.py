@@ -40,6 +40,7 @@ __all__ = [
     "METRIC_FULL_SCALE",
     "METRIC_RESOURCE",
     "Counters",
+    "FamilySpec",
     "Observations",
     "counters_from_samples",
     "family_index",
@@ -148,78 +149,125 @@ class Counters:
         return [(int(g), int(np.argmax(self.members[g, :n_jobs]))) for g in np.flatnonzero(alone)]
 
 
+FamilySpec = str | Mapping[str, str | None] | pd.Series
+"""How job families are given: a runs-table column name, or a job -> family map (dict or
+Series)."""
+
+
+def _family_name(value: object) -> str | None:
+    """A family name from a table cell or map value: None for a missing one.
+
+    Text is stripped (empty means missing); an integral float is written as an integer, so a
+    numeric family code read from a CSV with gaps (``1.0``) reads as ``1``. Anything else that
+    is not a scalar is refused by the caller (None is not returned for it).
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.strip() or None
+    if isinstance(value, bool) or not pd.api.types.is_scalar(value):
+        raise ValueError(value)
+    if bool(pd.isna(value)):  # type: ignore[call-overload]
+        return None
+    if isinstance(value, float | np.floating) and float(value).is_integer():
+        return str(int(value))
+    if isinstance(value, int | np.integer | float | np.floating):
+        return str(value)
+    raise ValueError(value)
+
+
 def job_families(
-    data: CoLocationData, jobs: Sequence[str], family: str | Mapping[str, str]
+    data: CoLocationData,
+    jobs: Sequence[str],
+    family: FamilySpec,
 ) -> tuple[str | None, ...]:
     """The family of each of ``jobs``: from a runs-table column, or from a job -> family map.
 
     ``family`` names a column of ``data.runs`` (such as Lucid's ``model``) or maps job names to
-    family names. A job with no family (a missing cell, or absent from the map) gets None and
-    is a family of its own. A job whose runs name two families is refused.
+    family names (a dict or a pandas Series indexed by job). Names are stripped text; numbers
+    are allowed and read as their text. A job with no family (a missing or empty cell, or
+    absent from the map) gets None: its latents keep the plain prior. A job whose runs name two
+    families is refused, and so are families that group nothing (no two of ``jobs`` share one),
+    since they could not change the fit.
 
     >>> runs = pd.DataFrame({"run_id": ["a", "b", "c"], "job": ["x", "y", "z"],
     ...                      "throughput": [1.0, 2.0, 3.0], "model": ["M", "M", None]})
     >>> job_families(CoLocationData(runs, None, "toy"), ["x", "y", "z"], "model")
     ('M', 'M', None)
     """
+    where = f"{data.name}: "
+    out: list[str | None] = []
     if isinstance(family, str):
         runs = data.runs
         if family not in runs.columns:
             raise InputError(
-                f"{data.name}: runs table has no column {family!r} to take job families from"
+                f"{where}runs table has no column {family!r} to take job families from"
             )
         if family in ("run_id", "job", "throughput"):
-            raise InputError(f"column {family!r} cannot name job families")
+            raise InputError(f"{where}column {family!r} cannot name job families")
         values: dict[str, set[str]] = {}
-        for job, value in zip(runs["job"].astype(str), runs[family], strict=True):
-            if value is None or (not isinstance(value, str) and bool(pd.isna(value))):
-                continue
-            text = str(value).strip()
-            if text:
-                values.setdefault(job, set()).add(text)
-        out: list[str | None] = []
+        cells = zip(runs["job"].astype(str), runs[family], strict=True)
+        for row, (job, value) in enumerate(cells):
+            try:
+                name = _family_name(value)
+            except ValueError:
+                raise InputError(
+                    f"{where}runs row {row + 1}: family {value!r} in column {family!r} is not a "
+                    "name"
+                ) from None
+            if name is not None:
+                values.setdefault(job, set()).add(name)
         for job in jobs:
             names = sorted(values.get(job, ()))
             if len(names) > 1:
                 raise InputError(
-                    f"{data.name}: job {job!r} has {len(names)} families in column {family!r} "
+                    f"{where}job {job!r} has {len(names)} families in column {family!r} "
                     f"({', '.join(repr(n) for n in names[:3])})"
                 )
             out.append(names[0] if names else None)
-        return tuple(out)
-    if not isinstance(family, Mapping):
-        raise InputError(
-            f"family must be a column name or a job -> family mapping, not {type(family).__name__}"
+        what = f"column {family!r}"
+    else:
+        given: Mapping[Any, Any] | object = (
+            family.to_dict() if isinstance(family, pd.Series) else family
         )
-    fams: list[str | None] = []
-    for job in jobs:
-        name = family.get(job)
-        if name is not None and (not isinstance(name, str) or not name.strip()):
-            raise InputError(f"family of job {job!r} must be a non-empty string, not {name!r}")
-        fams.append(None if name is None else name.strip())
-    return tuple(fams)
+        if not isinstance(given, Mapping):
+            raise InputError(
+                "family must be a column name or a job -> family mapping, not "
+                f"{type(given).__name__}"
+            )
+        for job in jobs:
+            value = given.get(job)
+            try:
+                out.append(_family_name(value))
+            except ValueError:
+                raise InputError(f"family of job {job!r} is not a name: {value!r}") from None
+        what = "the family map"
+    counts: dict[str, int] = {}
+    for name in out:
+        if name is not None:
+            counts[name] = counts.get(name, 0) + 1
+    if not any(n >= 2 for n in counts.values()):
+        raise InputError(
+            f"{where}{what} gives no two jobs the same family, so families cannot inform the "
+            "fit (leave the family out)"
+        )
+    return tuple(out)
 
 
 def family_index(families: Sequence[str | None]) -> tuple[np.ndarray[Any, Any], int]:
-    """Index each job's family: named families first (sorted), then one per unnamed job.
+    """Index each job's family by sorted name; a job without one gets the extra index ``F``.
 
-    Returns the ``(J,)`` integer index and the number of families.
+    Returns the ``(J,)`` integer index and the number ``F`` of named families (index ``F``
+    is the fixed zero effect of :func:`~interplace.model._net.family_centres`).
 
     >>> idx, n = family_index(["b", None, "a", "b"])
     >>> idx.tolist(), n
-    ([1, 2, 0, 1], 3)
+    ([1, 2, 0, 1], 2)
     """
     names = sorted({f for f in families if f is not None})
     index = {n: i for i, n in enumerate(names)}
-    out = np.empty(len(families), dtype=np.int64)
-    nxt = len(names)
-    for j, f in enumerate(families):
-        if f is None:
-            out[j] = nxt
-            nxt += 1
-        else:
-            out[j] = index[f]
-    return out, nxt
+    out = np.asarray([len(names) if f is None else index[f] for f in families], dtype=np.int64)
+    return out, len(names)
 
 
 def subset_runs(data: CoLocationData, keep_runs: set[str], name: str) -> CoLocationData:

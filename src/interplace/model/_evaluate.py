@@ -12,7 +12,7 @@ import pandas as pd
 
 from interplace.datasets.runs import CoLocationData
 from interplace.errors import InputError
-from interplace.model._data import job_families, select_mode, subset_runs
+from interplace.model._data import FamilySpec, job_families, select_mode, subset_runs
 from interplace.model._fit import fit
 from interplace.model._fitted import InterferenceModel, Query, SpeedPosterior
 from interplace.topology import Topology
@@ -276,7 +276,7 @@ def evaluate(
     progress: bool = False,
     fit_kwargs: dict[str, Any] | None = None,
     mode: str | None = None,
-    family: str | Mapping[str, str] | None = None,
+    family: FamilySpec | None = None,
 ) -> dict[str, Any]:
     """Fit on a seeded split of ``data`` and score held-out speeds against the baselines.
 

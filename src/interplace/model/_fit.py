@@ -21,6 +21,7 @@ from interplace.model._data import (
     DEFAULT_RESOURCES,
     METRIC_RESOURCE,
     Counters,
+    FamilySpec,
     Observations,
     counters_from_samples,
     family_index,
@@ -100,7 +101,7 @@ def fit(
     rel_tol: float = 1e-3,
     progress: bool = False,
     mode: str | None = None,
-    family: str | Mapping[str, str] | None = None,
+    family: FamilySpec | None = None,
 ) -> InterferenceModel:
     """Fit the interference model of :mod:`interplace.model` to ``data`` by SVI.
 
@@ -121,7 +122,9 @@ def fit(
     without mixed precision): a column of the runs table, such as Lucid's ``model``, or a map
     from job to family name (:func:`~interplace.model._data.job_families`). Jobs of one family
     then share prior centres of their latents (the family level in :mod:`interplace.model`),
-    which is what lets a job with only an isolated run borrow from its relatives.
+    which is what lets a job with only an isolated run borrow from its relatives; a job
+    without a family keeps the plain prior. ``info["family"]`` records the column, or
+    ``"mapping"``.
 
     ``topology`` is needed only when a run places its jobs on different devices (its
     :meth:`~interplace.topology.Topology.domains` decide which resources they share). ``device``
@@ -172,11 +175,12 @@ def fit(
             torch.manual_seed(seed)
             with pyro.settings.context(module_local_params=True):
                 # Both modules are built under the setting, so their parameters stay local.
-                fam_t = None
+                fam_t, n_fam = None, 0
                 if families is not None:
-                    fam_t = torch.as_tensor(family_index(families)[0], device=dev)
+                    idx, n_fam = family_index(families)
+                    fam_t = torch.as_tensor(idx, device=dev)
                 net = InterferenceNet(
-                    len(jobs), len(resources), len(counters.metrics), hyper, fam_t
+                    len(jobs), len(resources), len(counters.metrics), hyper, fam_t, n_fam
                 )
                 guide = AutoNormal(
                     net,
@@ -260,7 +264,7 @@ def fit(
         "jobs_with_isolated_counters": with_counters,
         "device": str(dev),
         "mode": mode,
-        "family": family if isinstance(family, str) else None,
+        "family": None if family is None else family if isinstance(family, str) else "mapping",
     }
     return InterferenceModel(
         jobs=jobs,

@@ -138,7 +138,7 @@ class InterferenceModel:
     model fitted with job families, :data:`~interplace.model._net.FAMILY_SITES`) to the
     ``(loc, scale)`` of its normal guide in unconstrained space (positive sites are the exp of
     it). ``info`` records how the model was fitted. ``families`` is each job's family (None:
-    a family of its own), or None for a model fitted without families. Predictions draw from
+    none, the plain prior), or None for a model fitted without families. Predictions draw from
     this posterior with a private RNG seeded per call, so they are reproducible and
     thread-free of global state.
     """
@@ -178,13 +178,17 @@ class InterferenceModel:
         }
         expected = set(SITES)
         if self.families is not None:
-            if len(self.families) != n_jobs or not all(
-                f is None or (isinstance(f, str) and f) for f in self.families
-            ):
-                raise InputError(
-                    f"families must name one family (or None) for each of {n_jobs} jobs"
-                )
+            if not isinstance(self.families, tuple) or len(self.families) != n_jobs:
+                raise InputError(f"families must be a tuple of one entry for each of {n_jobs} jobs")
+            for j, f in enumerate(self.families):
+                if f is not None and (not isinstance(f, str) or not f or f != f.strip()):
+                    raise InputError(
+                        f"family of job {self.jobs[j]!r} must be None or a non-empty name "
+                        f"without surrounding spaces, not {f!r}"
+                    )
             n_fam = family_index(self.families)[1]
+            if n_fam == 0:
+                raise InputError("families name no family (use families=None)")
             shapes["family_sd"] = (3 * n_res + 1,)
             shapes["family_effect"] = (n_fam, 3 * n_res + 1)
             expected |= set(FAMILY_SITES)
@@ -569,9 +573,16 @@ class InterferenceModel:
             raw_families = meta.get("families")
             families = None
             if raw_families is not None:
+                if version == 2:
+                    raise InputError(f"{meta_path}: a version 2 model has no families")
                 if not isinstance(raw_families, list):
                     raise InputError(f"{meta_path}: families must be a list")
-                families = tuple(None if f is None else str(f) for f in raw_families)
+                for i, f in enumerate(raw_families):
+                    if f is not None and not isinstance(f, str):
+                        raise InputError(
+                            f"{meta_path}: families[{i}] must be a name or null, not {f!r}"
+                        )
+                families = tuple(raw_families)
             names = (*SITES, *(FAMILY_SITES if families is not None else ()))
             posterior = {}
             for name in names:
@@ -582,16 +593,24 @@ class InterferenceModel:
             extra = sorted(set(tensors) - {f"{n}.{p}" for n in names for p in ("loc", "scale")})
             if extra:
                 raise InputError(f"{weights}: unexpected tensor {extra[0]!r}")
-            return cls(
-                jobs=tuple(str(j) for j in meta["jobs"]),
-                resources=tuple(str(r) for r in meta["resources"]),
-                metrics=tuple(str(m) for m in meta["metrics"]),
-                full_scale=tuple(float(f) for f in meta["full_scale"]),
-                hyper=hyper,
-                posterior=posterior,
-                info=dict(meta.get("info", {})),
-                families=families,
-            )
+            jobs = tuple(str(j) for j in meta["jobs"])
+            resources = tuple(str(r) for r in meta["resources"])
+            metrics = tuple(str(m) for m in meta["metrics"])
+            full_scale = tuple(float(f) for f in meta["full_scale"])
+            info = dict(meta.get("info", {}))
+            try:
+                return cls(
+                    jobs=jobs,
+                    resources=resources,
+                    metrics=metrics,
+                    full_scale=full_scale,
+                    hyper=hyper,
+                    posterior=posterior,
+                    info=info,
+                    families=families,
+                )
+            except InputError as exc:  # the object's own checks: say which directory
+                raise InputError(f"{d}: {exc}") from None
         except InputError:
             raise
         except KeyError as exc:

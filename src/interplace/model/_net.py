@@ -120,10 +120,12 @@ def family_centres(
     """Each job's prior centres of log demand, ``epsilon``, ``eta`` and bias from its family.
 
     ``effect``: ``(..., F, 3 R + 1)`` (:func:`family_sd_loc` gives the columns); ``family``:
-    ``(J,)`` family index of each job. Returns ``(..., J, R)`` offsets of log demand,
-    sensitivity noise and log intensity, and ``(..., J)`` bias offsets.
+    ``(J,)`` family index of each job in ``0..F``, where ``F`` (no family) is a zero effect.
+    Returns ``(..., J, R)`` offsets of log demand, sensitivity noise and log intensity, and
+    ``(..., J)`` bias offsets.
     """
-    per_job = effect.index_select(-2, family)
+    pad = effect.new_zeros(*effect.shape[:-2], 1, effect.shape[-1])
+    per_job = torch.cat([effect, pad], dim=-2).index_select(-2, family)
     return (
         per_job[..., :n_res],
         per_job[..., n_res : 2 * n_res],
@@ -226,7 +228,8 @@ class InterferenceNet(PyroModule):
 
     ``forward`` takes the encoded observations and counter groups as tensors (see
     :mod:`interplace.model._data`) and scores them; it returns nothing. ``family`` (``(J,)``
-    indices in ``0..F-1``, or None) adds the family level of :mod:`interplace.model`.
+    indices in ``0..F``, ``F`` = ``n_families`` for a job without one; or None) adds the
+    family level of :mod:`interplace.model`.
     """
 
     def __init__(
@@ -236,16 +239,24 @@ class InterferenceNet(PyroModule):
         n_metrics: int,
         hyper: Hyper,
         family: torch.Tensor | None = None,
+        n_families: int = 0,
     ) -> None:
         super().__init__()
         self.n_jobs = n_jobs
         self.n_res = n_res
         self.n_metrics = max(n_metrics, 1)
         self.hyper = hyper
-        if family is not None and (family.shape != (n_jobs,) or n_jobs == 0):
-            raise ValueError(f"family must have shape ({n_jobs},), not {tuple(family.shape)}")
+        if family is not None and (
+            family.shape != (n_jobs,)
+            or n_families < 1
+            or int(family.min()) < 0
+            or int(family.max()) > n_families
+        ):
+            raise ValueError(
+                f"family must be ({n_jobs},) indices in 0..{n_families} with n_families >= 1"
+            )
         self.family = family
-        self.n_families = 0 if family is None else int(family.max()) + 1
+        self.n_families = n_families
 
     def forward(
         self,
