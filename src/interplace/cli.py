@@ -11,13 +11,14 @@ import argparse
 import itertools
 import json
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, cast
 
 from interplace import __version__
-from interplace.errors import InputError, atomic_write, first_line
+from interplace.errors import InputError, atomic_write, check_output_file, first_line
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -489,20 +490,14 @@ def _read_data(runs_path: str, samples_path: str | None) -> CoLocationData:
     return CoLocationData(runs, samples, _data_name(Path(runs_path)))
 
 
-def _check_out_dir(path: Path) -> None:
-    """Fail before the slow part when ``path`` could not be written afterwards."""
-    if not path.parent.is_dir():
-        raise InputError(f"output directory does not exist: {path.parent}")
-    if path.is_dir():
-        raise InputError(f"{path} is a directory, not a file")
-
-
 def _cmd_fit(args: argparse.Namespace) -> int:
     from interplace.model import fit
 
     out = Path(args.out)
     if not out.parent.is_dir():
         raise InputError(f"output directory does not exist: {out.parent}")
+    if not os.access(out.parent, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write to {out.parent}: permission denied")
     # InterferenceModel.save refuses these too, but only after the fit; say so at once.
     if out.exists() and not (
         out.is_dir() and ((out / "model.json").is_file() or not any(out.iterdir()))
@@ -570,7 +565,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     suffix = out.suffix.lower()
     if suffix not in _PREDICT_SUFFIXES:
         raise InputError(f"{out}: unknown output file type {out.suffix!r} (use .csv or .parquet)")
-    _check_out_dir(out)
+    check_output_file(out)
     pairs_path = Path(args.pairs)
     pairs = _read_pairs(pairs_path)
     model = InterferenceModel.load(args.model)
@@ -596,7 +591,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
     out = None if args.out is None else Path(args.out)
     if out is not None:
-        _check_out_dir(out)
+        check_output_file(out)
     topology = None
     if args.topology is not None:
         from interplace.topology import load

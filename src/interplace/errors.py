@@ -15,7 +15,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["InputError", "atomic_write", "first_line", "parse_json", "read_input", "read_json"]
+__all__ = [
+    "InputError",
+    "atomic_write",
+    "check_output_file",
+    "first_line",
+    "parse_json",
+    "read_input",
+    "read_json",
+]
 
 
 class InputError(ValueError):
@@ -75,6 +83,31 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[s
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def check_output_file(path: str | os.PathLike[str]) -> Path:
+    """Refuse an output file path that could not be written later; returns it as a Path.
+
+    Commands call this before their slow part, so a bad ``--out`` fails at once instead of
+    after the work: the directory must exist and be writable, and the path must not be a
+    directory. (:func:`atomic_write` then writes beside it and renames.)
+
+    >>> check_output_file("/no/such/dir/x.csv")
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: output directory does not exist: /no/such/dir
+    """
+    p = Path(path)
+    parent = p.parent
+    if not parent.exists():
+        raise InputError(f"output directory does not exist: {parent}")
+    if not parent.is_dir():
+        raise InputError(f"output directory is not a directory: {parent}")
+    if p.is_dir():
+        raise InputError(f"{p} is a directory, not a file")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write to {parent}: permission denied")
+    return p
 
 
 def read_input(path: str | os.PathLike[str]) -> bytes:

@@ -57,7 +57,7 @@ from interplace.collectors.table import (
     _read_parquet,
     validate_samples,
 )
-from interplace.errors import InputError, atomic_write
+from interplace.errors import InputError, atomic_write, check_output_file
 
 __all__ = [
     "SampleSummary",
@@ -122,16 +122,7 @@ def check_output_path(out: str | os.PathLike[str]) -> Path:
     """
     p = Path(out)
     _extension(p)
-    parent = p.parent
-    if not parent.exists():
-        raise InputError(f"output directory does not exist: {parent}")
-    if not parent.is_dir():
-        raise InputError(f"output directory is not a directory: {parent}")
-    if p.is_dir():
-        raise InputError(f"{p} is a directory, not a file")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"cannot write to {parent}: permission denied")
-    return p
+    return check_output_file(p)
 
 
 def unsupported_notes(pairs: Iterable[tuple[str, str]]) -> list[str]:

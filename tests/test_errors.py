@@ -1,0 +1,35 @@
+"""``interplace.errors``: the shared output-path check every command runs before its work."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from interplace.errors import InputError, check_output_file
+
+
+def test_a_writable_new_file_passes(tmp_path: Path) -> None:
+    assert check_output_file(tmp_path / "out.csv") == tmp_path / "out.csv"
+    (tmp_path / "old.csv").write_text("x")
+    assert check_output_file(str(tmp_path / "old.csv")) == tmp_path / "old.csv"  # replaced later
+
+
+def test_bad_output_paths_are_one_line_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    cases = [
+        (tmp_path / "missing" / "out.csv", "output directory does not exist"),
+        (blocker / "out.csv", "output directory is not a directory"),
+        (tmp_path, "is a directory, not a file"),
+    ]
+    for path, message in cases:
+        with pytest.raises(InputError, match=message):
+            check_output_file(path)
+    # Root may write anywhere, so the permission branch is driven through os.access.
+    monkeypatch.setattr(os, "access", lambda *_: False)
+    with pytest.raises(InputError, match=f"cannot write to {tmp_path}: permission denied"):
+        check_output_file(tmp_path / "out.csv")
