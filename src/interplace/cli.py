@@ -183,8 +183,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     else:
         beats = "below 1: the model beats it" if ratio < 1 else "the model does not beat it"
         verdict = f"{ratio:.2f} ({beats})"
-    fams = dict(zip(model.jobs, model.families or (None,) * len(model.jobs), strict=True))
-    fam_pred = family_lookup(train, test, fams)
+    fam_pred = family_lookup(train, test, model.family_map())
     fam_mae = float(np.mean(np.abs(fam_pred - test["speed"].to_numpy(dtype=float))))
     misfits = feasible.count(False)
     csv_path = out / f"{data.name}-predictions.csv"

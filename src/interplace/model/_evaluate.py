@@ -12,7 +12,7 @@ import pandas as pd
 
 from interplace.datasets.runs import CoLocationData
 from interplace.errors import InputError
-from interplace.model._data import FamilySpec, job_families, select_mode, subset_runs
+from interplace.model._data import FamilySpec, select_mode, subset_runs
 from interplace.model._fit import fit
 from interplace.model._fitted import InterferenceModel, Query, SpeedPosterior
 from interplace.topology import Topology
@@ -323,11 +323,9 @@ def evaluate(
         "mae_ratio_to_best": ratio,
     }
     if family is not None:
-        jobs = sorted(data.runs["job"].astype(str).unique().tolist())
-        fams = dict(zip(jobs, job_families(data, jobs, family), strict=True))
-        pred = family_lookup(train, test, fams)
+        pred = family_lookup(train, test, model.family_map())
         fmae = float(np.mean(np.abs(pred - test["speed"].to_numpy(dtype=float))))
-        out["family"] = family if isinstance(family, str) else "mapping"
+        out["family"] = model.info["family"]
         out["family_baseline"] = {"mae": fmae}
         out["mae_ratio_to_family_baseline"] = result["mae"] / fmae if fmae > 0 else None
     return out

@@ -230,6 +230,19 @@ class InterferenceModel:
             out[name] = z.exp() if support[name] == "positive" else z
         return out
 
+    def family_map(self) -> dict[str, str | None]:
+        """Each job's family (None: none, or a model fitted without families).
+
+        >>> from interplace.datasets import synthetic
+        >>> from interplace.model import fit
+        >>> m = fit(synthetic(3, seed=0, samples_per_run=2), steps=50, min_steps=50,
+        ...         family={"job0": "A", "job1": "A"})
+        >>> m.family_map()
+        {'job0': 'A', 'job1': 'A', 'job2': None}
+        """
+        families = self.families or (None,) * len(self.jobs)
+        return dict(zip(self.jobs, families, strict=True))
+
     def _site_names(self) -> tuple[str, ...]:
         """The model's latent sites in their fixed order (family sites last)."""
         return (*SITES, *(FAMILY_SITES if self.families is not None else ()))
