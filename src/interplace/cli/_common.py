@@ -1,0 +1,145 @@
+"""Helpers shared by the command modules: argument types, shared options, data reading."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:
+    from interplace.datasets.runs import CoLocationData
+    from interplace.topology import Topology
+
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+"""What ``ArgumentParser.add_subparsers`` returns; each command module's ``register`` takes it."""
+
+
+def int_at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``low``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, not {text!r}")
+        return value
+
+    return parse
+
+
+def open_fraction(text: str) -> float:
+    """An argparse type: a number strictly between 0 and 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be a number between 0 and 1, not {text!r}")
+    return value
+
+
+def data_name(runs: Path) -> str:
+    """A data set's name from its runs file: ``prof/runs.csv`` is ``prof``, ``v100.csv`` ``v100``.
+
+    >>> data_name(Path("prof/runs.csv")), data_name(Path("data/v100.parquet"))
+    ('prof', 'v100')
+    """
+    if runs.stem == "runs":
+        return runs.resolve().parent.name or runs.stem
+    return runs.stem
+
+
+def read_data(runs_path: str, samples_path: str | None) -> CoLocationData:
+    from interplace.datasets.runs import (
+        CoLocationData,
+        read_runs,
+        read_samples,
+        validate_samples_for_runs,
+    )
+
+    runs = read_runs(runs_path)
+    samples = None
+    if samples_path is not None:
+        samples = read_samples(samples_path)
+        # Checked here first so that an error names the samples file, not the data set.
+        validate_samples_for_runs(samples, runs, str(samples_path))
+    return CoLocationData(runs, samples, data_name(Path(runs_path)))
+
+
+def add_model_data_args(p: argparse.ArgumentParser) -> None:
+    """``--runs`` and ``--samples``, shared by fit and evaluate."""
+    p.add_argument("--runs", required=True, metavar="RUNS", help="runs table: .csv or .parquet")
+    p.add_argument(
+        "--samples", metavar="SAMPLES", help="counter samples of those runs: .csv or .parquet"
+    )
+
+
+def add_seed_steps_args(p: argparse.ArgumentParser, seed_help: str) -> None:
+    """``--seed`` and ``--steps`` of a fit, shared by fit, evaluate and demo."""
+    p.add_argument("--seed", type=int_at_least(0), default=0, help=f"{seed_help} (default: 0)")
+    p.add_argument(
+        "--steps",
+        type=int_at_least(1),
+        default=3000,
+        help="most optimisation steps; the fit may stop earlier (default: 3000)",
+    )
+
+
+def add_fit_args(p: argparse.ArgumentParser) -> None:
+    """``--seed``, ``--steps``, ``--topology`` and ``--quiet``, shared by fit and evaluate."""
+    add_seed_steps_args(p, "random seed")
+    p.add_argument(
+        "--topology",
+        metavar="FILE_OR_BUILTIN",
+        help="topology of the runs' devices (needed when a run spans devices)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=["timeslice", "mps"],
+        help="use only the runs of this sharing mode (needed when the runs mix both)",
+    )
+    p.add_argument(
+        "--family",
+        metavar="COLUMN",
+        help="runs-table column naming each job's family (e.g. model: the same network at "
+        "other batch sizes); jobs of a family share prior centres, which helps cold start",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def summary(topo: Topology) -> str:
+    machines = len(topo.machines())
+    return (
+        f"{topo.name}: {len(topo.gpus())} GPUs, {machines} machine{'s' * (machines > 1)}, "
+        f"{topo.numa_nodes} NUMA nodes, {topo.pcie_switches} PCIe switches, "
+        f"{len(topo.nics())} NICs\n"
+    )
+
+
+def describe_set(topo: Topology, gpus: list[str]) -> str:
+    pairs = [(a, b, topo.path(a, b)) for a, b in itertools.combinations(gpus, 2)]
+    classes = sorted({p.connection for _, _, p in pairs})
+    slowest = min(pairs, key=lambda t: t[2].bottleneck)
+    shared = [d for d in topo.domains(gpus) if len(d.gpus) > 1]
+    lines = [
+        f"  GPUs {{{','.join(gpus)}}}: connections {'/'.join(classes)}; slowest pair "
+        f"{slowest[0]}-{slowest[1]} at {slowest[2].bottleneck:.1f} GB/s"
+    ]
+    for d in shared:
+        bw = "" if d.bandwidth is None else f" ({d.bandwidth:.1f} GB/s)"
+        lines.append(f"    {d.kind:<12} {d.name}{bw} used by {','.join(d.gpus)}")
+    return "\n".join(lines) + "\n"
+
+
+def write_unsupported_notes(pairs: frozenset[tuple[str, str]]) -> None:
+    """One ``interplace: note:`` line on stderr per device with metrics it does not report."""
+    from interplace.collectors.sampler import unsupported_notes
+
+    for line in unsupported_notes(pairs):
+        sys.stderr.write(f"interplace: note: {line}\n")

@@ -1,0 +1,84 @@
+"""``interplace profile``: measure workloads alone and in every pair on one GPU."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from interplace.cli._common import Subparsers, int_at_least, write_unsupported_notes
+
+__all__ = ["register"]
+
+
+
+def _run(args: argparse.Namespace) -> int:
+    from interplace.collectors.profile import parse_workloads, profile
+
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    workloads = parse_workloads(args.workloads)
+    result = profile(
+        workloads,
+        args.out,
+        modes=modes,
+        warmup_s=args.warmup,
+        measure_s=args.measure,
+        device=args.device,
+        gpu=args.gpu,
+        pairs=not args.no_pairs,
+        progress=sys.stderr.isatty(),
+    )
+    write_unsupported_notes(result.unsupported)
+    n, out = len(workloads), result.out
+    sys.stdout.write(
+        f"profiled {n} workloads alone"
+        f"{'' if args.no_pairs else f' and in {n * (n + 1) // 2} pairs'} "
+        f"({', '.join(modes)}) -> {out}/runs.csv, {out}/samples.csv\n"
+    )
+    return 0
+
+
+def register(sub: Subparsers) -> None:
+    """Add the ``profile`` command to the ``interplace`` parser."""
+    prof = sub.add_parser(
+        "profile",
+        help="measure workloads alone and in every pair on one GPU",
+        description="Run each workload alone and every pair together on one device (co-runners "
+        "start at the same instant), measure each one's throughput over the same window from "
+        "its INTERPLACE_PROGRESS lines, sample counters throughout, and write runs.csv + "
+        "samples.csv. SPEC: built-in names (gemm,memcpy,h2d,d2h,launch,cnn,transformer,"
+        "cpu_pipeline; NAME:SIZE sets a size) or a .json/.toml file of {name, command} jobs.",
+    )
+    prof.add_argument("--workloads", required=True, metavar="SPEC")
+    prof.add_argument(
+        "--out", required=True, metavar="DIR", help="output directory (new, or empty)"
+    )
+    prof.add_argument(
+        "--modes",
+        default="timeslice",
+        help="comma list of sharing modes: timeslice, mps (default: timeslice)",
+    )
+    prof.add_argument(
+        "--warmup",
+        type=float,
+        default=2.0,
+        metavar="S",
+        help="seconds before the measurement window (default: 2)",
+    )
+    prof.add_argument(
+        "--measure",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="length of the measurement window (default: 5)",
+    )
+    prof.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    prof.add_argument(
+        "--gpu",
+        type=int_at_least(0),
+        default=0,
+        metavar="N",
+        help="with --device cuda: the GPU to profile on, by its nvidia-smi / NVML index; "
+        "runs.csv names it as its device (default: 0)",
+    )
+    prof.add_argument("--no-pairs", action="store_true", help="only the isolated runs")
+    prof.set_defaults(func=_run)
