@@ -1,0 +1,149 @@
+"""``interplace place``: place jobs on a topology so that predicted slowdown is smallest."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from interplace.cli._common import Subparsers, int_at_least
+from interplace.errors import InputError, check_output_file
+
+if TYPE_CHECKING:
+    from interplace.placement import Placement
+
+__all__ = ["register"]
+
+_SHOWN = 20
+
+
+def _run(args: argparse.Namespace) -> int:
+    from interplace.model import InterferenceModel
+    from interplace.placement import OBJECTIVES, POLICIES, place
+    from interplace.placement.io import read_jobs, read_state, write_placement, write_table
+    from interplace.topology import load
+
+    if args.policy not in POLICIES:
+        raise InputError(f"unknown policy {args.policy!r} (choose from {', '.join(POLICIES)})")
+    if args.objective not in OBJECTIVES:
+        raise InputError(f"unknown objective {args.objective!r}")
+    out = Path(args.out)
+    check_output_file(out)
+    if args.pending_out is not None:
+        check_output_file(Path(args.pending_out))
+    if args.policy_file is not None and args.policy != "rl":
+        raise InputError("--policy-file only works with --policy rl")
+    topology = load(args.topology)
+    jobs = read_jobs(args.jobs)
+    state = read_state(args.state) if args.state is not None else None
+    model = InterferenceModel.load(args.model)
+    policy: object = args.policy
+    if args.policy == "rl":
+        from interplace.placement.rl import load_policy
+
+        if args.policy_file is None:
+            raise InputError("--policy rl needs --policy-file (from interplace train-policy)")
+        policy = load_policy(args.policy_file)
+    try:
+        placement = place(
+            topology,
+            model,
+            jobs,
+            state,
+            policy=policy,  # type: ignore[arg-type]
+            max_per_gpu=args.max_per_gpu,
+            objective=args.objective,
+            seed=args.seed,
+        )
+    except InputError as exc:
+        raise InputError(f"{args.jobs}: {exc}") from None
+    write_placement(placement, out)
+    if args.pending_out is not None:
+        import pandas as pd
+
+        pending = pd.DataFrame(
+            {
+                "job_id": [j.job_id for j in placement.pending],
+                "job": [j.job for j in placement.pending],
+                "gpus": [j.gpus for j in placement.pending],
+            }
+        )
+        write_table(pending, Path(args.pending_out))
+    for j in placement.pending:
+        sys.stderr.write(f"interplace: pending: {j.job_id} ({j.job}, {j.gpus} GPU)\n")
+    sys.stdout.write(_summary(placement, topology.name, out))
+    return 0
+
+
+def _summary(p: Placement, topology: str, out: Path) -> str:
+    new = p.new_jobs()
+    running = [j for j in p.jobs if j.running]
+    lines = [
+        f"{p.policy} placement on {topology}: {len(new)} jobs placed, {len(p.pending)} pending"
+        + (f", {len(running)} running" if running else ""),
+        f"objective {p.objective_name} {p.objective:.3f} [90%: {p.objective_q05:.3f}, "
+        f"{p.objective_q95:.3f}], decided in {p.decision_s * 1000:.0f} ms",
+    ]
+    if p.info.get("exact") is False:
+        lines.append(
+            f"note: exact search stopped after {p.info.get('nodes')} nodes: best found, "
+            "not proven optimal"
+        )
+    if not p.info.get("cross_gpu", True):
+        lines.append(
+            "note: contention across GPUs (PCIe switch, socket) not scored: the model has no "
+            "evidence of it (no cross-device runs or PCIe/host counters in its fit data)"
+        )
+    rows = [("job_id", "job", "GPUs", "speed [90% interval]")]
+    for j in sorted(p.jobs, key=lambda j: (j.running, j.speed_mean))[:_SHOWN]:
+        gpus = ",".join(j.gpus) if len(j.gpus) <= 4 else f"{j.gpus[0]}..{j.gpus[-1]}"
+        tag = " (running)" if j.running else ""
+        rows.append(
+            (j.job.job_id + tag, j.job.job, gpus,
+             f"{j.speed_mean:.2f} [{j.speed_q05:.2f}, {j.speed_q95:.2f}]")
+        )
+    widths = [max(len(r[k]) for r in rows) for k in range(4)]
+    for r in rows:
+        lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    if len(p.jobs) > _SHOWN:
+        lines.append(f"  ... {len(p.jobs) - _SHOWN} more (slowest first shown)")
+    lines.append(f"-> {out}")
+    return "\n".join(lines) + "\n"
+
+
+def register(sub: Subparsers) -> None:
+    """Add the ``place`` command to the ``interplace`` parser."""
+    p = sub.add_parser(
+        "place",
+        help="place jobs on GPUs so that predicted slowdown is smallest",
+        description="Choose GPUs for each job of JOBS (columns job_id, job, gpus; optional "
+        "family, comm_share) next to what STATE runs (job_id, job, gpu), maximising the "
+        "objective predicted by a fitted model. OUT gets one row per (job, GPU): job_id, "
+        "job, gpu, speed_mean, speed_q05, speed_q95; pending jobs go to stderr and "
+        "--pending-out.",
+    )
+    p.add_argument("--model", required=True, metavar="MODEL", help="model directory (fit)")
+    p.add_argument(
+        "--topology", required=True, metavar="FILE_OR_BUILTIN",
+        help="topology file, recording or built-in (dgx-a100, dgx-a100*64, ...)",
+    )
+    p.add_argument("--jobs", required=True, metavar="JOBS", help="jobs table: .csv or .parquet")
+    p.add_argument("--state", metavar="STATE", help="what already runs: .csv or .parquet")
+    p.add_argument(
+        "--max-per-gpu", type=int_at_least(1), default=2, metavar="K",
+        help="jobs per GPU at most (default: 2)",
+    )
+    p.add_argument(
+        "--policy", default="local-search", metavar="NAME",
+        help="exact, greedy, local-search (default), rl, random, pack, spread, lucid, gandiva",
+    )
+    p.add_argument("--policy-file", metavar="P", help="trained policy for --policy rl")
+    p.add_argument(
+        "--objective", default="sum", metavar="NAME",
+        help="sum (default), max-min or risk-averse",
+    )
+    p.add_argument("--seed", type=int_at_least(0), default=0, help="random seed (default: 0)")
+    p.add_argument("--out", required=True, metavar="OUT", help="placement: .csv or .parquet")
+    p.add_argument("--pending-out", metavar="F", help="also write pending jobs here")
+    p.set_defaults(func=_run)

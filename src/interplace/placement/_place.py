@@ -1,0 +1,285 @@
+"""``place`` and ``score``: the calls a scheduler makes."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
+
+import torch
+
+from interplace.errors import InputError
+from interplace.placement._problem import RISK_QUANTILE, Problem, SpeedCache, State
+from interplace.placement._sources import SpeedSource
+from interplace.placement._types import ClusterState, Job, JobPlacement, Placement, Running
+from interplace.topology import Topology
+
+__all__ = ["POLICIES", "Policy", "place", "resolve_policy", "score"]
+
+
+class Policy(Protocol):
+    """The one signature every placement policy has: a :class:`Problem` and a seed in, the
+    final :class:`State` out (built with ``problem.assign``)."""
+
+    def __call__(self, problem: Problem, *, seed: int = ...) -> State: ...
+
+
+POLICIES: dict[str, Policy] = {}
+"""Policies by name (filled by :mod:`interplace.placement`): ``place(..., policy=NAME)``."""
+
+
+def resolve_policy(policy: str | Policy) -> tuple[str, Policy]:
+    """The (name, function) of a policy given by name or as a function."""
+    if isinstance(policy, str):
+        fn = POLICIES.get(policy)
+        if fn is None:
+            raise InputError(f"unknown policy {policy!r} (choose from {', '.join(POLICIES)})")
+        return policy, fn
+    if not callable(policy):
+        raise InputError(f"policy must be a name or a function, not {type(policy).__name__}")
+    return getattr(policy, "__name__", "custom"), policy
+
+
+def place(
+    topology: Topology,
+    model: SpeedSource,
+    jobs: Sequence[Job],
+    state: ClusterState | None = None,
+    *,
+    policy: str | Policy = "local-search",
+    max_per_gpu: int = 2,
+    objective: str = "sum",
+    seed: int = 0,
+    num_samples: int = 128,
+    can_share: Callable[[str, str], bool] | None = None,
+    cross_gpu: bool | None = None,
+    cache: SpeedCache | None = None,
+) -> Placement:
+    """Place ``jobs`` on ``topology`` next to what ``state`` runs, maximising ``objective``.
+
+    ``model`` is a fitted :class:`~interplace.model.InterferenceModel` (or any
+    :class:`SpeedSource`, e.g. :class:`MeasuredSpeeds`). Every candidate is scored on the same
+    ``num_samples`` posterior draws (``seed``), so comparisons are free of Monte Carlo noise
+    between candidates. Jobs that find no slot come back in ``pending``. ``can_share(a, b)``
+    forbids job-type pairs from one GPU (default: the source's own ``can_share``, if any).
+    The returned placement includes the running jobs, rescored next to their new co-runners.
+    ``cross_gpu`` scores contention between jobs on different GPUs that share a PCIe switch
+    or socket; the default (None) does so when the model has evidence of it
+    (:func:`~interplace.placement._problem.cross_gpu_evidence`), and ``info["cross_gpu"]``
+    says which was used. ``cache`` (a :class:`SpeedCache` of this model, seed and
+    ``num_samples``) keeps answered queries across calls.
+
+    >>> from interplace.placement import MeasuredSpeeds
+    >>> from interplace.topology import builtin
+    >>> m = MeasuredSpeeds({("a", "a"): 0.5, ("a", "b"): 0.9, ("b", "a"): 0.8, ("b", "b"): 0.4})
+    >>> jobs = [Job("1", "a"), Job("2", "a"), Job("3", "b"), Job("4", "b")]
+    >>> p = place(builtin("pcie-8gpu"), m, jobs, policy="exact")
+    >>> round(p.objective, 2), p.pending   # eight idle GPUs: nobody shares
+    (4.0, ())
+    """
+    start = time.perf_counter()
+    name, fn = resolve_policy(policy)
+    with one_thread():
+        return _place(topology, model, jobs, state, name, fn, max_per_gpu, objective, seed,
+                      num_samples, can_share, cross_gpu, cache, start)
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """One torch intra-op thread for the duration: placement's tensors are small, and on a
+    busy machine torch's thread pool costs more than it saves (10x here, measured)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _place(
+    topology: Topology,
+    model: SpeedSource,
+    jobs: Sequence[Job],
+    state: ClusterState | None,
+    name: str,
+    fn: Policy,
+    max_per_gpu: int,
+    objective: str,
+    seed: int,
+    num_samples: int,
+    can_share: Callable[[str, str], bool] | None,
+    cross_gpu: bool | None,
+    cache: SpeedCache | None,
+    start: float,
+) -> Placement:
+    problem = Problem(
+        topology,
+        model,
+        jobs,
+        state,
+        max_per_gpu=max_per_gpu,
+        objective=objective,
+        num_samples=num_samples,
+        seed=seed,
+        can_share=can_share,
+        cross_gpu=cross_gpu,
+        cache=cache,
+    )
+    st = fn(problem, seed=seed)
+    check_state(problem, st)
+    elapsed = time.perf_counter() - start
+    return to_placement(problem, st, policy=name, decision_s=elapsed)
+
+
+def score(
+    topology: Topology,
+    model: SpeedSource,
+    placement: Placement | Mapping[Job, Sequence[str]],
+    state: ClusterState | None = None,
+    *,
+    objective: str = "sum",
+    max_per_gpu: int | None = None,
+    seed: int = 0,
+    num_samples: int = 128,
+) -> Placement:
+    """Score any placement (one made by a scheduler, or by :func:`place`) with ``model``.
+
+    ``placement`` is a :class:`Placement` (its running jobs stay running) or a mapping of
+    :class:`Job` to GPU ids; ``state`` adds jobs already running. ``max_per_gpu`` (default:
+    no limit) is checked when given. Returns the placement with every job's predicted speed.
+
+    >>> from interplace.placement import MeasuredSpeeds
+    >>> from interplace.topology import builtin
+    >>> m = MeasuredSpeeds({("a", "b"): 0.5, ("b", "a"): 0.8})
+    >>> p = score(builtin("pcie-8gpu"), m, {Job("1", "a"): ["0"], Job("2", "b"): ["0"]})
+    >>> [round(j.speed_mean, 2) for j in p.jobs], round(p.objective, 2)
+    ([0.5, 0.8], 1.3)
+    """
+    start = time.perf_counter()
+    running: list[Running] = list(state.running) if state is not None else []
+    new: list[tuple[Job, tuple[str, ...]]] = []
+    name = "score"
+    if isinstance(placement, Placement):
+        name = placement.policy or name
+        for p in placement.jobs:
+            if p.running:
+                running.append(Running(p.job, p.gpus))
+            else:
+                new.append((p.job, p.gpus))
+        pending = list(placement.pending)
+    elif isinstance(placement, Mapping):
+        for job, gpus in placement.items():
+            if not isinstance(job, Job):
+                raise InputError(f"placement keys must be Job objects, not {type(job).__name__}")
+            new.append((job, tuple(str(g) for g in gpus)))
+        pending = []
+    else:
+        raise InputError(f"cannot score a {type(placement).__name__}")
+    occupancy: dict[str, int] = {}
+    for _, gpus in [(r.job, r.gpus) for r in running] + new:
+        for g in gpus:
+            occupancy[g] = occupancy.get(g, 0) + 1
+    limit = max(occupancy.values(), default=1) if max_per_gpu is None else max_per_gpu
+    problem = Problem(
+        topology,
+        model,
+        [j for j, _ in new] + pending,
+        ClusterState(tuple(running)),
+        max_per_gpu=max(limit, 1),
+        objective=objective,
+        num_samples=num_samples,
+        seed=seed,
+        can_share=lambda a, b: True,
+    )
+    st = problem.empty_state()
+    for k, (job, gpus) in enumerate(new):
+        i = problem.n_running + k
+        idx = []
+        for g in gpus:
+            if g not in problem.gpu_index:
+                raise InputError(f"job {job.job_id} is placed on GPU {g!r}, not in the topology")
+            idx.append(problem.gpu_index[g])
+        if len(set(idx)) != len(idx) or len(idx) != job.gpus:
+            raise InputError(f"job {job.job_id} needs {job.gpus} distinct GPUs, given {list(gpus)}")
+        for gi in idx:
+            if len(st.occ[gi]) >= problem.max_per_gpu:
+                raise InputError(
+                    f"GPU {problem.gpus[gi]} holds more than max_per_gpu={problem.max_per_gpu} jobs"
+                )
+        problem.assign(st, i, idx)
+    return to_placement(problem, st, policy=name, decision_s=time.perf_counter() - start)
+
+
+def check_state(problem: Problem, st: State) -> None:
+    """Raise :class:`RuntimeError` if a policy broke a rule (a bug, not bad input)."""
+    for g, occ in enumerate(st.occ):
+        if len(occ) > problem.max_per_gpu:
+            raise RuntimeError(f"policy put {len(occ)} jobs on GPU {problem.gpus[g]}")
+        for a_pos, a in enumerate(occ):
+            for b in occ[a_pos + 1 :]:
+                if a == b or not problem.can_pair(a, b):
+                    raise RuntimeError(f"policy co-located a forbidden pair on {problem.gpus[g]}")
+    for i, where in enumerate(st.where):
+        if where is None:
+            if i < problem.n_running:
+                raise RuntimeError("policy removed a running job")
+            continue
+        job = problem.jobs[i]
+        if len(where) != job.gpus or len(set(where)) != len(where):
+            raise RuntimeError(f"policy gave job {job.job_id} GPUs {where}")
+        machines = {problem.machine_of[g] for g in where}
+        if job.gpus <= problem.machine_size and len(machines) > 1 and i >= problem.n_running:
+            raise RuntimeError(f"policy split gang job {job.job_id} across machines")
+        for g in where:
+            if i not in st.occ[g]:
+                raise RuntimeError("policy state is inconsistent")
+
+
+def to_placement(problem: Problem, st: State, *, policy: str, decision_s: float) -> Placement:
+    """The :class:`Placement` of state ``st``: per-job predictions and the objective."""
+    jobs: list[JobPlacement] = []
+    handles: list[int] = []
+    for i, where in enumerate(st.where):
+        if where is None:
+            continue
+        h = st.handle[i]
+        handles.append(h)
+        meas = problem.measured_draws(h)
+        q05, q95 = torch.quantile(meas, torch.tensor([0.05, 0.95], dtype=meas.dtype)).tolist()
+        jobs.append(
+            JobPlacement(
+                job=problem.jobs[i],
+                gpus=tuple(problem.gpus[g] for g in where),
+                speed_mean=problem.mean(h),
+                speed_q05=float(q05),
+                speed_q95=float(q95),
+                comm_factor=problem.comm_factor(i, where),
+                running=i < problem.n_running,
+            )
+        )
+    pending = tuple(
+        problem.jobs[i] for i in problem.new_instances() if st.where[i] is None
+    )
+    if handles:
+        per_draw = problem.per_draw(handles)
+        lo, hi = torch.quantile(per_draw, torch.tensor([0.05, 0.95], dtype=per_draw.dtype)).tolist()
+        value = problem.value(st)
+    else:
+        value = lo = hi = 0.0
+    info: dict[str, Any] = dict(problem.info)
+    info["queries"] = problem.queries_answered
+    info["num_samples"] = problem.num_samples
+    info["risk_quantile"] = RISK_QUANTILE
+    return Placement(
+        jobs=tuple(jobs),
+        pending=pending,
+        objective=float(value) if math.isfinite(value) else 0.0,
+        objective_q05=float(lo),
+        objective_q95=float(hi),
+        objective_name=problem.objective,
+        policy=policy,
+        decision_s=decision_s,
+        info=info,
+    )

@@ -1,0 +1,732 @@
+r"""The placement problem every policy works on, and the scoring they share.
+
+A :class:`Problem` fixes the topology, the speed source (the fitted model, or measured speeds),
+the jobs to place, what already runs, ``max_per_gpu`` and the objective. A :class:`State` is a
+(partial) assignment of job instances to GPUs. Policies build states with
+:meth:`Problem.assign`, compare candidates with :meth:`Problem.gain` and return the final
+assignment; :func:`interplace.placement.place` scores it.
+
+Scoring (the math is in :mod:`interplace.placement`): a job on GPU :math:`g` runs next to every
+job on :math:`g` (sharing everything) and every job on a GPU :math:`h` that shares a contention
+domain with :math:`g` (sharing the resources :func:`interplace.model.shared_resources` lists);
+that is one :class:`~interplace.model.Query`. Queries are answered once, in batches, from
+``num_samples`` posterior draws taken with one ``seed``, and memoised by their content (job
+type, co-runner types and shares), so every candidate is compared on the same draws.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from interplace.errors import InputError
+from interplace.model import DOMAIN_RESOURCES, Query, shared_resources
+from interplace.placement._comm import comm_time
+from interplace.placement._sources import SpeedSource
+from interplace.placement._types import OBJECTIVES, ClusterState, Job
+from interplace.topology import DomainKind, Topology
+
+__all__ = ["RISK_QUANTILE", "Problem", "SpeedCache", "State"]
+
+RISK_QUANTILE = 0.1
+"""The quantile of the summed speed over posterior draws that ``objective="risk-averse"``
+maximises: the sum the placement reaches in at least 90% of what the model believes."""
+
+_RESOURCES: tuple[str, ...] = DOMAIN_RESOURCES[DomainKind.GPU]
+_FULL = (1 << len(_RESOURCES)) - 1
+_MASK_NAMES: tuple[tuple[str, ...], ...] = tuple(
+    tuple(r for b, r in enumerate(_RESOURCES) if m >> b & 1) for m in range(_FULL + 1)
+)
+
+#: A memoised query: (job type index, sorted ((co-runner type index, share bit mask), ...)).
+Key = tuple[int, tuple[tuple[int, int], ...]]
+
+
+def cross_gpu_evidence(source: object) -> bool:
+    """Whether ``source`` knows how jobs on different GPUs slow each other.
+
+    A model fitted only on jobs sharing one GPU cannot tell GPU contention from contention on
+    the PCIe uplink or host that GPUs also share across a switch or socket (every resource is
+    shared in its data), so its cross-GPU predictions are its prior's, not evidence. It has
+    evidence when its fit data held runs spanning devices (``info["cross_device_runs"]``) or
+    counters of a resource GPUs share across domains (PCIe traffic, host CPU). Sources that
+    declare ``cross_gpu`` (e.g. :class:`MeasuredSpeeds`: False) are taken at their word.
+    """
+    declared = getattr(source, "cross_gpu", None)
+    if isinstance(declared, bool):
+        return declared
+    info = getattr(source, "info", None) or {}
+    if int(info.get("cross_device_runs", 0) or 0) > 0:
+        return True
+    from interplace.model import METRIC_RESOURCE
+
+    shared = {r for kind, rs in DOMAIN_RESOURCES.items() if kind != DomainKind.GPU for r in rs}
+    metrics = getattr(source, "metrics", ()) or ()
+    return any(METRIC_RESOURCE.get(m) in shared for m in metrics)
+
+
+def _mask(names: Iterable[str]) -> int:
+    m = 0
+    for r in names:
+        m |= 1 << _RESOURCES.index(r)
+    return m
+
+
+class SpeedCache:
+    """Answered queries of one speed source, one ``seed`` and ``num_samples``, kept across
+    placement calls (a scheduler or simulator deciding round after round).
+
+    Answers are a pure function of the query for a fixed source, seed and number of draws,
+    so reusing them is exact: the same candidate always gets the same draws.
+
+    >>> from interplace.placement import MeasuredSpeeds
+    >>> cache = SpeedCache(MeasuredSpeeds({("a", "a"): 0.5}), num_samples=4, seed=0)
+    >>> len(cache)
+    0
+    """
+
+    def __init__(self, source: SpeedSource, *, num_samples: int = 128, seed: int = 0) -> None:
+        self.source = source
+        self.num_samples = int(num_samples)
+        self.seed = int(seed)
+        self.memo: dict[Key, int] = {}
+        self.gang_memo: dict[tuple[tuple[Key, ...], float], int] = {}
+        self.vec: list[torch.Tensor] = []  # each (S,): draws of the true speed
+        self.meas: list[torch.Tensor] = []  # each (S,): draws of a measured speed
+        self.mean: list[float] = []
+
+    def serves(self, source: SpeedSource, num_samples: int, seed: int) -> bool:
+        """Whether this cache answers for ``source`` with these draws."""
+        return source is self.source and num_samples == self.num_samples and seed == self.seed
+
+    def __len__(self) -> int:
+        return len(self.memo)
+
+
+@dataclass
+class State:
+    """A (partial) assignment: ``occ[g]`` lists the instances on GPU index ``g``;
+    ``where[i]`` is instance ``i``'s GPU indices (None while unplaced); ``handle[i]`` is the
+    memo row of its current speed (-1 while unplaced)."""
+
+    occ: list[list[int]]
+    where: list[tuple[int, ...] | None]
+    handle: list[int]
+
+    def copy(self) -> State:
+        """An independent copy."""
+        return State([list(o) for o in self.occ], list(self.where), list(self.handle))
+
+
+class Problem:
+    """One placement problem: see the module docstring.
+
+    Instances ``0 .. n_running - 1`` are the running jobs (fixed), the rest the new jobs in
+    the order given. ``types`` are the source's job types; ``inst_type[i]`` indexes them.
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        source: SpeedSource,
+        jobs: Sequence[Job],
+        state: ClusterState | None = None,
+        *,
+        max_per_gpu: int = 2,
+        objective: str = "sum",
+        num_samples: int = 128,
+        seed: int = 0,
+        can_share: Callable[[str, str], bool] | None = None,
+        cross_gpu: bool | None = None,
+        cache: SpeedCache | None = None,
+    ) -> None:
+        if isinstance(max_per_gpu, bool) or not isinstance(max_per_gpu, int) or max_per_gpu < 1:
+            raise InputError(f"max_per_gpu must be an integer >= 1, not {max_per_gpu!r}")
+        if objective not in OBJECTIVES:
+            raise InputError(
+                f"unknown objective {objective!r} (choose from {', '.join(OBJECTIVES)})"
+            )
+        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+            raise InputError(f"num_samples must be an integer >= 1, not {num_samples!r}")
+        self.topology = topology
+        self.source = source
+        self.max_per_gpu = max_per_gpu
+        self.objective = objective
+        self.num_samples = num_samples
+        self.seed = int(seed)
+        state = state or ClusterState.empty()
+        jobs = list(jobs)
+        for j in jobs:
+            if not isinstance(j, Job):
+                raise InputError(f"jobs must be Job objects, not {type(j).__name__}")
+        ids = [j.job_id for j in jobs]
+        dup = sorted({x for x in ids if ids.count(x) > 1}) if len(set(ids)) != len(ids) else []
+        if dup:
+            raise InputError(f"duplicate job id(s): {', '.join(dup[:5])}")
+        clash = sorted(set(ids) & set(state.job_ids()))
+        if clash:
+            raise InputError(f"job id(s) already running: {', '.join(clash[:5])}")
+        self.types: tuple[str, ...] = tuple(source.jobs)
+        type_index = {t: i for i, t in enumerate(self.types)}
+        all_jobs = [r.job for r in state.running] + jobs
+        unknown = sorted({j.job for j in all_jobs if j.job not in type_index})
+        if unknown:
+            shown = ", ".join(repr(u) for u in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+            raise InputError(
+                f"unknown job type(s) {shown}: the model knows {len(self.types)} job types "
+                "(fit it with an isolated run of each new type, counters included)"
+            )
+        self.gpus: tuple[str, ...] = tuple(topology.gpus())
+        self.gpu_index = {g: i for i, g in enumerate(self.gpus)}
+        machine_of = [topology.gpu(g).machine for g in self.gpus]
+        machines: dict[str, list[int]] = {}
+        for i, m in enumerate(machine_of):
+            machines.setdefault(m, []).append(i)
+        self.machine_of = machine_of
+        self.machines = machines
+        self.machine_size = max(len(v) for v in machines.values())
+        for j in all_jobs:
+            if j.gpus > len(self.gpus):
+                raise InputError(
+                    f"job {j.job_id} needs {j.gpus} GPUs; topology {topology.name!r} has "
+                    f"{len(self.gpus)}"
+                )
+        self.jobs: tuple[Job, ...] = tuple(all_jobs)
+        self.n_running = len(state.running)
+        self.inst_type = [type_index[j.job] for j in all_jobs]
+        self.fixed: list[tuple[int, ...] | None] = []
+        for r in state.running:
+            idx = []
+            for g in r.gpus:
+                if g not in self.gpu_index:
+                    raise InputError(
+                        f"state: running job {r.job.job_id} is on GPU {g!r}, which topology "
+                        f"{topology.name!r} lacks"
+                    )
+                idx.append(self.gpu_index[g])
+            self.fixed.append(tuple(idx))
+        self.fixed += [None] * len(jobs)
+        self._share_ok = self._share_rule(can_share)
+        self._machine_sigs: dict[str, tuple[object, ...]] = {}
+        self.info: dict[str, object] = {}
+        self.cross_gpu = cross_gpu_evidence(source) if cross_gpu is None else bool(cross_gpu)
+        self.info["cross_gpu"] = self.cross_gpu
+        self.nbrs: list[list[tuple[int, int]]] = (
+            self._neighbours() if self.cross_gpu else [[] for _ in self.gpus]
+        )
+        if cache is None:
+            cache = SpeedCache(source, num_samples=num_samples, seed=self.seed)
+        elif not cache.serves(source, num_samples, self.seed):
+            raise InputError("the speed cache belongs to another model, seed or num_samples")
+        self.cache = cache
+        self._memo = cache.memo
+        self._gang_memo = cache.gang_memo
+        self._vec = cache.vec
+        self._meas = cache.meas
+        self._mean = cache.mean
+        self._comm_best: dict[int, float] = {}
+        self._comm_cache: dict[tuple[object, ...], float] = {}
+        self._local_pos = {g: k for idx in machines.values() for k, g in enumerate(idx)}
+        self.queries_answered = 0
+
+    # ------------------------------------------------------------ structure
+    def _share_rule(
+        self, can_share: Callable[[str, str], bool] | None
+    ) -> Callable[[int, int], bool]:
+        rule = can_share
+        if rule is None:
+            rule = getattr(self.source, "can_share", None)
+        if rule is None:
+            return lambda a, b: True
+        cache: dict[tuple[int, int], bool] = {}
+        types = self.types
+
+        def ok(a: int, b: int) -> bool:
+            key = (a, b) if a <= b else (b, a)
+            if key not in cache:
+                cache[key] = bool(rule(types[key[0]], types[key[1]]))
+            return cache[key]
+
+        return ok
+
+    def _neighbours(self) -> list[list[tuple[int, int]]]:
+        """Per GPU index, the other GPUs sharing a contention domain with it, and the mask."""
+        nbrs: list[list[tuple[int, int]]] = [[] for _ in self.gpus]
+        by_signature: dict[tuple[object, ...], list[list[tuple[int, int]]]] = {}
+        for m, idx in self.machines.items():
+            sig = self.machine_signature(m)
+            local = by_signature.get(sig)
+            if local is None:
+                local = []
+                for a in idx:
+                    row = []
+                    for lb, b in enumerate(idx):
+                        if a == b:
+                            continue
+                        mask = _mask(shared_resources(self.topology, self.gpus[a], self.gpus[b]))
+                        if mask:
+                            row.append((lb, mask))
+                    local.append(row)
+                by_signature[sig] = local
+            for la, a in enumerate(idx):
+                nbrs[a] = [(idx[lb], mask) for lb, mask in local[la]]
+        return nbrs
+
+    def machine_signature(self, machine: str) -> tuple[object, ...]:
+        """Identical for machines whose graphs match once the machine prefix is stripped."""
+        hit = self._machine_sigs.get(machine)
+        if hit is None:
+            hit = self._machine_sigs[machine] = self._signature(machine, self.machines[machine])
+        return hit
+
+    def _signature(self, machine: str, idx: list[int]) -> tuple[object, ...]:
+        if not machine:
+            return ("", id(self))
+        g = self.topology.graph
+        pre = f"{machine}/"
+
+        def strip(n: str) -> str:
+            return n[len(pre):] if n.startswith(pre) else "~"
+
+        nodes = [n for n, d in g.nodes(data=True) if d.get("machine") == machine]
+        edges = sorted(
+            (min(strip(u), strip(v)), max(strip(u), strip(v)), str(d.get("kind")),
+             float(d.get("bandwidth", 0.0)), d.get("links"))
+            for u, v, d in g.edges(nodes, data=True)
+        )
+        local_ids = tuple(self.gpus[i].split(":", 1)[-1] for i in idx)
+        return (len(idx), local_ids, tuple(edges))
+
+    def can_pair(self, i: int, k: int) -> bool:
+        """Whether instances ``i`` and ``k`` may share a GPU (no forbidden type pair)."""
+        return self._share_ok(self.inst_type[i], self.inst_type[k])
+
+    def can_host(self, st: State, i: int, g: int) -> bool:
+        """Whether instance ``i`` may join GPU ``g``: a free slot and no forbidden pair."""
+        occ = st.occ[g]
+        if len(occ) >= self.max_per_gpu or i in occ:
+            return False
+        t = self.inst_type[i]
+        return all(self._share_ok(t, self.inst_type[k]) for k in occ)
+
+    # --------------------------------------------------------------- states
+    def empty_state(self) -> State:
+        """Running jobs on their GPUs, every new job unplaced (their speeds scored)."""
+        n = len(self.jobs)
+        st = State([[] for _ in self.gpus], [None] * n, [-1] * n)
+        for i in range(self.n_running):
+            fixed = self.fixed[i]
+            assert fixed is not None
+            for g in fixed:
+                st.occ[g].append(i)
+            st.where[i] = fixed
+        for g, occ in enumerate(st.occ):
+            if len(occ) > self.max_per_gpu:
+                ids = ", ".join(self.jobs[k].job_id for k in occ)
+                raise InputError(
+                    f"state: GPU {self.gpus[g]} runs {len(occ)} jobs ({ids}), more than "
+                    f"max_per_gpu={self.max_per_gpu}"
+                )
+        self.refresh(st, range(self.n_running))
+        return st
+
+    def assign(self, st: State, i: int, gpus: Sequence[int]) -> None:
+        """Place instance ``i`` on GPU indices ``gpus`` and rescore every affected instance."""
+        if st.where[i] is not None:
+            raise ValueError(f"instance {i} is already placed")
+        st.where[i] = tuple(gpus)
+        for g in gpus:
+            st.occ[g].append(i)
+        self.refresh(st, self.affected(st, gpus) | {i})
+
+    def unassign(self, st: State, i: int) -> tuple[int, ...]:
+        """Remove instance ``i`` (a new job) and rescore; returns the GPUs it had."""
+        gpus = st.where[i]
+        if gpus is None or i < self.n_running:
+            raise ValueError(f"instance {i} is not a placed new job")
+        for g in gpus:
+            st.occ[g].remove(i)
+        st.where[i] = None
+        st.handle[i] = -1
+        self.refresh(st, self.affected(st, gpus))
+        return gpus
+
+    def affected(self, st: State, gpus: Iterable[int]) -> set[int]:
+        """Instances on ``gpus`` or on a GPU sharing a domain with one of them."""
+        out: set[int] = set()
+        for g in gpus:
+            out.update(st.occ[g])
+            for h, _ in self.nbrs[g]:
+                out.update(st.occ[h])
+        return out
+
+    def refresh(self, st: State, instances: Iterable[int]) -> None:
+        """Recompute the speed handles of ``instances`` (placed ones) in ``st``."""
+        todo = [i for i in instances if st.where[i] is not None]
+        handles = self.handles(st, todo)
+        for i, h in zip(todo, handles, strict=True):
+            st.handle[i] = h
+
+    # -------------------------------------------------------------- scoring
+    def key(self, st: State, i: int, g: int) -> Key:
+        """The memo key of instance ``i``'s query on its GPU ``g`` in state ``st``."""
+        co: dict[int, int] = {}
+        for k in st.occ[g]:
+            if k != i:
+                co[k] = _FULL
+        for h, m in self.nbrs[g]:
+            for k in st.occ[h]:
+                if k != i:
+                    co[k] = co.get(k, 0) | m
+        t = self.inst_type
+        return (t[i], tuple(sorted((t[k], m) for k, m in co.items())))
+
+    def handles(self, st: State, instances: Sequence[int]) -> list[int]:
+        """Memo rows of the current speeds of placed ``instances`` (computing what is missing)."""
+        keys_of: list[tuple[Key, ...]] = []
+        missing: dict[Key, None] = {}
+        for i in instances:
+            where = st.where[i]
+            assert where is not None
+            ks = tuple(self.key(st, i, g) for g in where)
+            keys_of.append(ks)
+            for k in ks:
+                if k not in self._memo:
+                    missing[k] = None
+        if missing:
+            self._answer(list(missing))
+        out = []
+        for i, ks in zip(instances, keys_of, strict=True):
+            if len(ks) == 1:
+                out.append(self._memo[ks[0]])
+            else:
+                where = st.where[i]
+                assert where is not None
+                out.append(self._gang(ks, self.comm_factor(i, where)))
+        return out
+
+    def _answer(self, keys: list[Key]) -> None:
+        types = self.types
+        queries = [
+            Query(
+                types[t],
+                tuple(types[c] for c, _ in co),
+                tuple(_MASK_NAMES[m] for _, m in co),
+            )
+            for t, co in keys
+        ]
+        post = self.source.posterior_speed(queries, num_samples=self.num_samples, seed=self.seed)
+        speed = post.speed.to(torch.float64)
+        meas = post.measured.to(torch.float64)
+        means = speed.mean(0).tolist()
+        for q, key in enumerate(keys):
+            self._memo[key] = len(self._vec)
+            self._vec.append(speed[:, q])
+            self._meas.append(meas[:, q])
+            self._mean.append(float(means[q]))
+        self.queries_answered += len(keys)
+
+    def _gang(self, keys: tuple[Key, ...], factor: float) -> int:
+        """A gang's speed: its slowest GPU in each draw, times its communication factor."""
+        gk = (tuple(sorted(keys)), factor)
+        hit = self._gang_memo.get(gk)
+        if hit is not None:
+            return hit
+        rows = [self._memo[k] for k in gk[0]]
+        vec = torch.stack([self._vec[r] for r in rows]).min(0).values * factor
+        meas = torch.stack([self._meas[r] for r in rows]).min(0).values * factor
+        h = len(self._vec)
+        self._vec.append(vec)
+        self._meas.append(meas)
+        self._mean.append(float(vec.mean()))
+        self._gang_memo[gk] = h
+        return h
+
+    def comm_factor(self, i: int, gpus: Sequence[int]) -> float:
+        """Instance ``i``'s communication factor on ``gpus`` (:mod:`..._comm`)."""
+        n = len(gpus)
+        share = self.jobs[i].comm_share
+        if n <= 1 or share <= 0:
+            return 1.0
+        t = self.comm_cost(gpus)
+        best = self.best_comm_cost(n)
+        if best <= 0:
+            return 1.0
+        return 1.0 / ((1.0 - share) + share * max(t / best, 1.0))
+
+    def comm_cost(self, gpus: Sequence[int]) -> float:
+        """All-reduce time of the cheapest ring through ``gpus`` (memoised)."""
+        key = tuple(sorted(gpus))
+        machines = {self.machine_of[g] for g in key}
+        ckey: tuple[object, ...] = key
+        if len(machines) == 1:  # identical machines share their rings' costs
+            m = machines.pop()
+            local = tuple(self._local_pos[g] for g in key)
+            ckey = (self.machine_signature(m), local)
+        hit = self._comm_cache.get(ckey)
+        if hit is None:
+            hit = comm_time(self.topology, [self.gpus[g] for g in key])
+            self._comm_cache[ckey] = hit
+        return hit
+
+    def best_comm_cost(self, n: int) -> float:
+        """:math:`T^*`: the all-reduce time on the best ``n``-GPU set of the topology."""
+        if n not in self._comm_best:
+            first = self.machines[next(iter(self.machines))]
+            if n <= len(first):
+                best = min(self.comm_cost(c) for c in itertools.combinations(first, n))
+            else:
+                best = self.comm_cost(list(range(n)))
+            self._comm_best[n] = best
+        return self._comm_best[n]
+
+    def mean(self, handle: int) -> float:
+        """Posterior mean speed behind a memo row."""
+        return self._mean[handle]
+
+    def draws(self, handle: int) -> torch.Tensor:
+        """``(S,)`` posterior draws of the true speed behind a memo row."""
+        return self._vec[handle]
+
+    def measured_draws(self, handle: int) -> torch.Tensor:
+        """``(S,)`` draws of a measured speed behind a memo row."""
+        return self._meas[handle]
+
+    # ------------------------------------------------------------ objective
+    def value(self, st: State, replace: Mapping[int, int] | None = None) -> float:
+        """The objective of ``st`` (with some instances' handles replaced), one number."""
+        handles = list(st.handle)
+        if replace:
+            for i, h in replace.items():
+                handles[i] = h
+        placed = [h for h in handles if h >= 0]
+        if not placed:
+            return 0.0
+        if self.objective == "sum":
+            return float(sum(self._mean[h] for h in placed))
+        per_draw = self.per_draw(placed)
+        if self.objective == "max-min":
+            return float(per_draw.mean())
+        return float(torch.quantile(per_draw, RISK_QUANTILE))
+
+    def per_draw(self, handles: Sequence[int]) -> torch.Tensor:
+        """``(S,)``: the objective's per-draw quantity (summed or worst speed)."""
+        m = torch.stack([self._vec[h] for h in handles])
+        return m.min(0).values if self.objective == "max-min" else m.sum(0)
+
+    def gain(self, st: State, i: int, gpus: Sequence[int]) -> float:
+        """The objective after placing instance ``i`` on ``gpus`` minus now (``st`` unchanged)."""
+        return self.move_gain(st, {i: tuple(gpus)})
+
+    def move_gain(
+        self,
+        st: State,
+        moves: Mapping[int, tuple[int, ...] | None],
+        current: float | None = None,
+    ) -> float:
+        """The objective's change if ``moves`` were made (``st`` unchanged).
+
+        For ``sum`` only the affected jobs' speeds are summed; other objectives compare the
+        whole placement (``current``: the objective of ``st``, if known).
+        """
+        if self.objective != "sum":
+            now = self.value(st) if current is None else current
+            return self.move_value(st, moves) - now
+        with self._applied(st, moves) as aff:
+            order = sorted(aff)
+            new = self.handles(st, order)
+        total = 0.0
+        for k, h in zip(order, new, strict=True):
+            old = st.handle[k]
+            total += self._mean[h] - (self._mean[old] if old >= 0 else 0.0)
+        for i, where in moves.items():
+            if where is None and st.handle[i] >= 0:
+                total -= self._mean[st.handle[i]]
+        return total
+
+    @contextlib.contextmanager
+    def _applied(
+        self, st: State, moves: Mapping[int, tuple[int, ...] | None]
+    ) -> Iterator[set[int]]:
+        """Apply ``moves`` to ``st`` for the duration of the block; yields the affected set."""
+        old = {i: st.where[i] for i in moves}
+        touched: set[int] = set()
+        for i, new in moves.items():
+            before = st.where[i]
+            if before is not None:
+                for g in before:
+                    st.occ[g].remove(i)
+                touched.update(before)
+            st.where[i] = new
+            if new is not None:
+                for g in new:
+                    st.occ[g].append(i)
+                touched.update(new)
+        try:
+            yield self.affected(st, touched) | {i for i, n in moves.items() if n is not None}
+        finally:
+            for i, new in moves.items():
+                if new is not None:
+                    for g in new:
+                        st.occ[g].remove(i)
+            for i, before in old.items():
+                st.where[i] = before
+                if before is not None:
+                    for g in before:
+                        st.occ[g].append(i)
+
+    def prefetch(
+        self, st: State, options: Iterable[Mapping[int, tuple[int, ...] | None]]
+    ) -> None:
+        """Answer, in one batch, every query the candidate ``options`` would ask."""
+        missing: dict[Key, None] = {}
+        for moves in options:
+            with self._applied(st, moves) as aff:
+                for i in aff:
+                    where = st.where[i]
+                    if where is None:
+                        continue
+                    for g in where:
+                        k = self.key(st, i, g)
+                        if k not in self._memo:
+                            missing[k] = None
+        if missing:
+            self._answer(list(missing))
+
+    def move_value(self, st: State, moves: Mapping[int, tuple[int, ...] | None]) -> float:
+        """The objective after relocating instances (None: unplace); ``st`` is left unchanged."""
+        with self._applied(st, moves) as aff:
+            order = sorted(aff)
+            replace = dict(zip(order, self.handles(st, order), strict=True))
+        for i, new in moves.items():
+            if new is None:
+                replace[i] = -1
+        if self.objective == "sum":
+            base = self._placed_sum(st)
+            for i, h in replace.items():
+                if st.handle[i] >= 0:
+                    base -= self._mean[st.handle[i]]
+                if h >= 0:
+                    base += self._mean[h]
+            return float(base)
+        return self.value(st, replace)
+
+    def _placed_sum(self, st: State) -> float:
+        return sum(self._mean[h] for h in st.handle if h >= 0)
+
+    def alone_handle(self, i: int) -> int:
+        """Memo row of instance ``i``'s speed with no co-runner at all (an upper bound on any)."""
+        key: Key = (self.inst_type[i], ())
+        if key not in self._memo:
+            self._answer([key])
+        return self._memo[key]
+
+    def alone_mean(self, i: int) -> float:
+        """Instance ``i``'s mean speed with no co-runner at all."""
+        return self._mean[self.alone_handle(i)]
+
+    # ------------------------------------------------------------ candidates
+    def single_candidates(self, st: State, i: int) -> list[int]:
+        """GPUs instance ``i`` (one GPU) may join, one per class of interchangeable GPUs.
+
+        Two GPUs are interchangeable when their machines have the same structure, they sit at
+        the same local position and every GPU they share a domain with holds the same job
+        types: then every candidate score is equal, so only the first is kept.
+        """
+        seen: set[tuple[object, ...]] = set()
+        out = []
+        t = self.inst_type
+        if not self.cross_gpu:  # a GPU's own jobs are all that matter
+            cap = self.max_per_gpu
+            seen_local: set[tuple[int, ...]] = set()
+            for g, occ in enumerate(st.occ):
+                if len(occ) >= cap:
+                    continue
+                local = tuple(sorted(t[k] for k in occ))
+                if local in seen_local or not self.can_host(st, i, g):
+                    continue
+                seen_local.add(local)
+                out.append(g)
+            return out
+        for g in range(len(self.gpus)):
+            if not self.can_host(st, i, g):
+                continue
+            sig = (
+                tuple(sorted(t[k] for k in st.occ[g])),
+                tuple((m, tuple(sorted(t[k] for k in st.occ[h]))) for h, m in self.nbrs[g]),
+                len(self.nbrs[g]),
+            )
+            if sig in seen:
+                continue
+            seen.add(sig)
+            out.append(g)
+        return out
+
+    def gang_candidates(self, st: State, i: int, limit: int = 6) -> list[tuple[int, ...]]:
+        """Candidate GPU sets for a gang instance: inside one machine when it fits.
+
+        Per machine with enough free GPUs, its sets with the cheapest all-reduce (ties: the
+        least loaded), at most ``limit`` per machine; machines in the same state contribute
+        once. A job larger than a machine takes whole machines with every GPU free.
+        """
+        n = self.jobs[i].gpus
+        out: list[tuple[int, ...]] = []
+        seen: set[tuple[object, ...]] = set()
+        t = self.inst_type
+        for idx in self.machines.values():
+            free = [g for g in idx if self.can_host(st, i, g)]
+            if n > len(idx):
+                continue
+            if len(free) < n:
+                continue
+            sig = (
+                len(idx),
+                tuple(tuple(sorted(t[k] for k in st.occ[g])) for g in idx),
+                self.machine_signature(self.machine_of[idx[0]]) if len(self.machines) > 1 else None,
+            )
+            if sig in seen:
+                continue
+            seen.add(sig)
+            if len(free) == n:
+                out.append(tuple(free))
+                continue
+            combos = list(itertools.combinations(free, n))
+            if len(combos) > 400:  # large machines: contiguous windows only
+                combos = [tuple(free[s : s + n]) for s in range(len(free) - n + 1)]
+            combos.sort(key=lambda c: (self.comm_cost(c), sum(len(st.occ[g]) for g in c), c))
+            out.extend(combos[:limit])
+        if n > self.machine_size:
+            whole = [idx for idx in self.machines.values()
+                     if all(self.can_host(st, i, g) for g in idx)]
+            need = math.ceil(n / self.machine_size)
+            for s in range(0, len(whole) - need + 1):
+                gpus = [g for idx in whole[s : s + need] for g in idx][:n]
+                out.append(tuple(gpus))
+                if len(out) >= limit:
+                    break
+        return out
+
+    def candidates(self, st: State, i: int) -> list[tuple[int, ...]]:
+        """Every candidate GPU tuple for instance ``i`` (see the two methods above)."""
+        if self.jobs[i].gpus == 1:
+            return [(g,) for g in self.single_candidates(st, i)]
+        return self.gang_candidates(st, i)
+
+    def order(self) -> list[int]:
+        """New instances, gangs first (largest first), then in the order given."""
+        new = range(self.n_running, len(self.jobs))
+        return sorted(new, key=lambda i: (-self.jobs[i].gpus, i))
+
+    def new_instances(self) -> range:
+        """Indices of the new jobs."""
+        return range(self.n_running, len(self.jobs))
+
+    def rng(self, seed: int) -> np.random.Generator:
+        """A seeded generator for a policy's own randomness."""
+        return np.random.default_rng(seed)

@@ -1,0 +1,134 @@
+r"""Where placement gets speeds: the fitted model, or measured speeds (for oracles and truth).
+
+A *speed source* is anything with a ``jobs`` tuple and ``posterior_speed(queries, *,
+num_samples, seed) -> SpeedPosterior`` (:class:`interplace.model.InterferenceModel` is one).
+:class:`MeasuredSpeeds` is another: it answers from a table of measured pairwise speeds, so
+the same placement code can be scored on measured ground truth, or fed it as an oracle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import ClassVar, Protocol, runtime_checkable
+
+import numpy as np
+import pandas as pd
+import torch
+
+from interplace.errors import InputError
+from interplace.model import Query, SpeedPosterior
+
+__all__ = ["MeasuredSpeeds", "SpeedSource"]
+
+
+@runtime_checkable
+class SpeedSource(Protocol):
+    """What placement needs of a model: its job types and a joint speed posterior."""
+
+    @property
+    def jobs(self) -> tuple[str, ...]:
+        """Job types it can answer for."""
+        ...
+
+    def posterior_speed(
+        self, queries: Iterable[Query], *, num_samples: int = ..., seed: int = ...
+    ) -> SpeedPosterior:
+        """``(S, Q)`` draws of each query's speed (a :class:`~interplace.model.SpeedPosterior`)."""
+        ...
+
+
+@dataclass(frozen=True, eq=False)
+class MeasuredSpeeds:
+    r"""Speeds read off measurements: ``speed[(job, co_runner)]`` of pairs on one GPU.
+
+    A job next to co-runners on its own GPU runs at the product of its measured pairwise
+    speeds (exact for one co-runner, which is all Gavel and Lucid measured); co-runners on
+    other GPUs (a shared PCIe switch or socket, ``shares`` not covering GPU compute) slow it
+    by nothing, since no data set measures that. Every draw is the same value (``S`` copies),
+    so a placement scored on it has a zero-width interval. An unmeasured pair raises
+    :class:`InputError` naming it, or takes ``default`` when one is given.
+
+    ``forbidden`` holds the job-type pairs that cannot share a GPU (Gavel's out-of-memory
+    pairs); policies never co-locate them.
+
+    >>> m = MeasuredSpeeds({("a", "b"): 0.5, ("b", "a"): 0.8})
+    >>> m.posterior_speed([Query("a", ("b",)), Query("b", ())], num_samples=2).mean.tolist()
+    [0.5, 1.0]
+    """
+
+    speed: Mapping[tuple[str, str], float]
+    forbidden: frozenset[frozenset[str]] = frozenset()
+    default: float | None = None
+    _jobs: tuple[str, ...] = field(init=False, repr=False)
+    cross_gpu: ClassVar[bool] = False
+    """Co-runners on other GPUs never slow a job here (exact matching may rely on it)."""
+
+    def __post_init__(self) -> None:
+        names: set[str] = set()
+        for (a, b), v in self.speed.items():
+            if not isinstance(v, int | float) or not np.isfinite(v) or v < 0:
+                raise InputError(f"measured speed of {a!r} next to {b!r} is {v!r}")
+            names.update((a, b))
+        for pair in self.forbidden:
+            names.update(pair)
+        if self.default is not None and not (np.isfinite(self.default) and self.default >= 0):
+            raise InputError(f"default speed must be finite and >= 0, not {self.default!r}")
+        object.__setattr__(self, "_jobs", tuple(sorted(names)))
+
+    @property
+    def jobs(self) -> tuple[str, ...]:
+        """Every job type named by a measurement or a forbidden pair, sorted."""
+        return self._jobs
+
+    @classmethod
+    def from_pairs(
+        cls,
+        pairs: pd.DataFrame,
+        *,
+        forbidden: Iterable[tuple[str, str]] = (),
+        default: float | None = None,
+    ) -> MeasuredSpeeds:
+        """From a table with ``job``, ``co_runner`` and ``speed`` (repeats are averaged).
+
+        ``CoLocationData.pairs()`` is such a table.
+        """
+        missing = [c for c in ("job", "co_runner", "speed") if c not in pairs.columns]
+        if missing:
+            raise InputError(f"pairs table lacks column(s) {', '.join(missing)}")
+        mean = pairs.groupby(["job", "co_runner"], sort=True)["speed"].mean()
+        speed = {
+            (str(key[0]), str(key[1])): float(v)
+            for key, v in mean.items()
+            if isinstance(key, tuple)
+        }
+        return cls(speed, frozenset(frozenset(p) for p in forbidden), default)
+
+    def can_share(self, a: str, b: str) -> bool:
+        """Whether job types ``a`` and ``b`` may share a GPU."""
+        return frozenset((a, b)) not in self.forbidden
+
+    def pair_speed(self, job: str, co_runner: str) -> float:
+        """Measured speed of ``job`` next to ``co_runner`` on one GPU."""
+        v = self.speed.get((job, co_runner))
+        if v is None:
+            if self.default is None:
+                raise InputError(f"no measured speed of {job!r} next to {co_runner!r}")
+            return self.default
+        return v
+
+    def posterior_speed(
+        self, queries: Iterable[Query], *, num_samples: int = 1, seed: int = 0
+    ) -> SpeedPosterior:
+        """Measured speeds as ``(S, Q)`` constant draws (``seed`` is unused: no randomness)."""
+        del seed
+        values = []
+        for q in queries:
+            v = 1.0
+            for k, c in enumerate(q.co_runners):
+                if q.shares is None or "gpu_compute" in q.shares[k]:
+                    v *= self.pair_speed(q.job, c)
+            values.append(v)
+        s = max(int(num_samples), 1)
+        t = torch.tensor(values, dtype=torch.float64).reshape(1, -1).expand(s, -1).clone()
+        return SpeedPosterior(t, t)

@@ -1,0 +1,214 @@
+"""Domain objects of placement: jobs, what already runs, and a placement with its predictions."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from interplace.errors import InputError
+
+__all__ = [
+    "DEFAULT_COMM_SHARE",
+    "OBJECTIVES",
+    "ClusterState",
+    "Job",
+    "JobPlacement",
+    "Placement",
+    "Running",
+]
+
+DEFAULT_COMM_SHARE = 0.2
+"""Share of a multi-GPU job's step time spent in collective communication on the best-connected
+GPU set, when the jobs table does not say (``comm_share`` column). 0.2 sits in the middle of
+the 5-40% that data-parallel training of the models in Gavel's and Philly's traces spends in
+all-reduce on NVLink-class links (the communication model: :mod:`interplace.placement`)."""
+
+OBJECTIVES = ("sum", "max-min", "risk-averse")
+"""Objectives :func:`~interplace.placement.place` maximises: the sum of predicted speeds, the
+worst job's speed, or the 10% quantile of the sum over posterior draws."""
+
+
+def _check_name(value: object, what: str) -> str:
+    if not isinstance(value, str) or not value.strip() or value != value.strip():
+        raise InputError(
+            f"{what} must be a non-empty name without surrounding spaces, not {value!r}"
+        )
+    if any(c in value for c in "\n\r\t"):
+        raise InputError(f"{what} {value!r} holds a control character")
+    return value
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job to place: its id, its job type (a job the model knows), and how many GPUs.
+
+    ``job`` names the job type the interference model was fitted on (``"ResNet-50 (batch size
+    64)"``); many jobs may share one type. ``gpus`` GPUs are gang-placed: all at once, inside
+    one machine when they fit. ``comm_share`` is the share of a multi-GPU job's step time
+    spent communicating on the best-connected GPU set (default :data:`DEFAULT_COMM_SHARE`).
+    ``family`` is informational (the model already knows its jobs' families).
+
+    >>> Job("j1", "resnet", gpus=2).gpus
+    2
+    >>> Job("j1", "resnet", gpus=0)
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: job j1: gpus must be an integer >= 1, not 0
+    """
+
+    job_id: str
+    job: str
+    gpus: int = 1
+    family: str | None = None
+    comm_share: float = DEFAULT_COMM_SHARE
+
+    def __post_init__(self) -> None:
+        _check_name(self.job_id, "job_id")
+        _check_name(self.job, f"job {self.job_id}: job type")
+        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
+            raise InputError(f"job {self.job_id}: gpus must be an integer >= 1, not {self.gpus!r}")
+        if self.family is not None:
+            _check_name(self.family, f"job {self.job_id}: family")
+        c = self.comm_share
+        if isinstance(c, bool) or not isinstance(c, int | float) or not 0 <= c < 1:
+            raise InputError(f"job {self.job_id}: comm_share must be in [0, 1), not {c!r}")
+
+
+@dataclass(frozen=True)
+class Running:
+    """A job already running on ``gpus`` (GPU ids of the topology)."""
+
+    job: Job
+    gpus: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.job, Job):
+            raise InputError(f"Running.job must be a Job, not {type(self.job).__name__}")
+        if not isinstance(self.gpus, tuple) or not self.gpus:
+            raise InputError(f"running job {self.job.job_id}: gpus must be a non-empty tuple")
+        if len(set(self.gpus)) != len(self.gpus):
+            raise InputError(f"running job {self.job.job_id}: a GPU is listed twice")
+        if len(self.gpus) != self.job.gpus:
+            raise InputError(
+                f"running job {self.job.job_id} needs {self.job.gpus} GPUs but runs on "
+                f"{len(self.gpus)}"
+            )
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """What already runs where: a tuple of :class:`Running` jobs with distinct ids.
+
+    >>> s = ClusterState((Running(Job("a", "resnet"), ("0",)),))
+    >>> s.job_ids()
+    ('a',)
+    >>> ClusterState.empty().running
+    ()
+    """
+
+    running: tuple[Running, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.running, tuple):
+            raise InputError("ClusterState.running must be a tuple of Running")
+        seen: set[str] = set()
+        for r in self.running:
+            if not isinstance(r, Running):
+                raise InputError(f"ClusterState holds a {type(r).__name__}, not a Running")
+            if r.job.job_id in seen:
+                raise InputError(f"state lists job {r.job.job_id!r} twice")
+            seen.add(r.job.job_id)
+
+    @classmethod
+    def empty(cls) -> ClusterState:
+        """Nothing running."""
+        return cls(())
+
+    def job_ids(self) -> tuple[str, ...]:
+        """Ids of the running jobs, in order."""
+        return tuple(r.job.job_id for r in self.running)
+
+
+@dataclass(frozen=True)
+class JobPlacement:
+    """One job's GPUs and its predicted speed (co-located over isolated throughput).
+
+    ``speed_mean`` is the posterior mean of the true speed; ``[speed_q05, speed_q95]`` is a
+    90% interval of a measured one. A gang job runs at its slowest GPU times its
+    communication factor ``comm_factor`` (1 for a single GPU). ``running`` marks a job that
+    was already running (its speed is charged for the co-runners placed next to it).
+    """
+
+    job: Job
+    gpus: tuple[str, ...]
+    speed_mean: float
+    speed_q05: float
+    speed_q95: float
+    comm_factor: float = 1.0
+    running: bool = False
+
+    def __post_init__(self) -> None:
+        if len(self.gpus) != self.job.gpus:
+            raise InputError(f"job {self.job.job_id}: placed on {len(self.gpus)} GPUs")
+        for name in ("speed_mean", "speed_q05", "speed_q95", "comm_factor"):
+            v = getattr(self, name)
+            if not math.isfinite(v) or v < 0:
+                raise InputError(f"job {self.job.job_id}: {name} must be finite and >= 0")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The result of :func:`~interplace.placement.place` or :func:`~interplace.placement.score`.
+
+    ``jobs``: one :class:`JobPlacement` per placed new job and per running job (``running``
+    set); ``pending``: the jobs that could not be placed; ``objective`` with its 90% interval
+    over posterior draws (``objective_q05``, ``objective_q95``); ``decision_s``: the policy's
+    wall-clock time; ``policy`` and ``objective_name`` say what produced it.
+    """
+
+    jobs: tuple[JobPlacement, ...]
+    pending: tuple[Job, ...]
+    objective: float
+    objective_q05: float
+    objective_q95: float
+    objective_name: str = "sum"
+    policy: str = ""
+    decision_s: float = 0.0
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.objective_name not in OBJECTIVES:
+            raise InputError(f"unknown objective {self.objective_name!r}")
+        ids = [p.job.job_id for p in self.jobs] + [j.job_id for j in self.pending]
+        if len(set(ids)) != len(ids):
+            raise InputError("a job appears twice in a placement")
+        for name in ("objective", "objective_q05", "objective_q95"):
+            if not math.isfinite(getattr(self, name)):
+                raise InputError(f"placement {name} is not finite")
+
+    def assignment(self) -> dict[str, tuple[str, ...]]:
+        """``job_id -> GPU ids`` of every placed job, running ones included."""
+        return {p.job.job_id: p.gpus for p in self.jobs}
+
+    def new_jobs(self) -> tuple[JobPlacement, ...]:
+        """The placements of the jobs that were not already running."""
+        return tuple(p for p in self.jobs if not p.running)
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per (new job, GPU): ``job_id, job, gpu, speed_mean, speed_q05, speed_q95``."""
+        rows = []
+        for p in self.new_jobs():
+            for g in p.gpus:
+                rows.append(
+                    {
+                        "job_id": p.job.job_id,
+                        "job": p.job.job,
+                        "gpu": g,
+                        "speed_mean": p.speed_mean,
+                        "speed_q05": p.speed_q05,
+                        "speed_q95": p.speed_q95,
+                    }
+                )
+        return rows

@@ -1,0 +1,175 @@
+r"""``exact``: the optimal placement of small instances; the oracle of the tests.
+
+Two algorithms, chosen by the instance:
+
+*Matching.* With the ``sum`` objective, single-GPU jobs, at most two jobs per GPU, nothing
+running, at most :math:`2m` jobs for :math:`m` GPUs and no contention across GPUs (no two
+GPUs share a domain, or the source has ``cross_gpu = False``, as measured pairwise speeds do),
+the best co-location is a maximum-weight perfect matching: one vertex per job and
+:math:`2m - n` idle-slot vertices; a job-job edge weighs the pair's summed speed on one GPU, a
+job-slot edge the job's speed alone, a slot-slot edge 0, and every job's edges gain a constant
+larger than any objective so that placing more jobs always wins. Each matched edge is one GPU
+(networkx's blossom algorithm, :math:`O(V^3)`).
+
+*Branch and bound* otherwise: depth-first over the new jobs (gangs first), each either on one
+of its candidate GPU classes (interchangeable GPUs tried once) or pending; the incumbent starts
+at ``local-search``'s answer; a branch is cut when it cannot place more jobs than the incumbent
+or, placing as many, its bound cannot beat it. Because a co-runner never raises a job's speed
+(the model guarantees it), the bound is the objective of the jobs already placed, as they run
+now, with every unplaced job at its speed alone. Placing more jobs comes first, then the
+objective. The search stops after ``node_budget`` nodes and returns the best placement found,
+with ``info["exact"] = False``: then the answer is not proven optimal.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+import torch
+
+from interplace.placement._problem import RISK_QUANTILE, Problem, State
+from interplace.placement.local_search import local_search
+
+__all__ = ["NODE_BUDGET", "exact"]
+
+NODE_BUDGET = 200_000
+"""Search nodes the branch and bound may visit before it gives up proving optimality."""
+
+
+class _Budget(Exception):
+    pass
+
+
+def exact(problem: Problem, *, seed: int = 0, node_budget: int = NODE_BUDGET) -> State:
+    """Optimal placement (see the module docstring for when it is proven optimal)."""
+    if matching_applies(problem):
+        problem.info["exact_method"] = "matching"
+        problem.info["exact"] = True
+        return _matching(problem)
+    problem.info["exact_method"] = "branch-and-bound"
+    return _branch_and_bound(problem, seed, node_budget)
+
+
+def matching_applies(problem: Problem) -> bool:
+    """Whether the matching formulation is exact for ``problem``."""
+    new = list(problem.new_instances())
+    no_cross = all(not n for n in problem.nbrs) or not getattr(problem.source, "cross_gpu", True)
+    return (
+        problem.objective == "sum"
+        and problem.n_running == 0
+        and problem.max_per_gpu <= 2
+        and all(problem.jobs[i].gpus == 1 for i in new)
+        and len(new) <= problem.max_per_gpu * len(problem.gpus)
+        and no_cross
+    )
+
+
+def _matching(problem: Problem) -> State:
+    st = problem.empty_state()
+    new = list(problem.new_instances())
+    m = len(problem.gpus)
+    slots = problem.max_per_gpu * m - len(new)
+    alone = {i: problem.alone_mean(i) for i in new}
+    pair_value: dict[tuple[int, int], float] = {}
+    if problem.max_per_gpu == 2:
+        g0 = 0
+        for a_pos, a in enumerate(new):
+            for b in new[a_pos + 1 :]:
+                if not problem.can_pair(a, b):
+                    continue
+                st.occ[g0] += [a, b]
+                st.where[a] = st.where[b] = (g0,)
+                ha, hb = problem.handles(st, [a, b])
+                st.occ[g0] = []
+                st.where[a] = st.where[b] = None
+                pair_value[(a, b)] = problem.mean(ha) + problem.mean(hb)
+    big = 4.0 * (1.0 + sum(alone.values()) + sum(max(v, 0.0) for v in pair_value.values()))
+    g = nx.Graph()
+    dummies = [("slot", k) for k in range(slots)]
+    g.add_nodes_from(new)
+    g.add_nodes_from(dummies)
+    for (a, b), v in pair_value.items():
+        g.add_edge(a, b, weight=2 * big + v)
+    for i in new:
+        for d in dummies:
+            g.add_edge(i, d, weight=big + alone[i])
+    for x in range(len(dummies)):
+        for y in range(x + 1, len(dummies)):
+            g.add_edge(dummies[x], dummies[y], weight=0.0)
+    matched = nx.max_weight_matching(g, maxcardinality=False, weight="weight")
+    units: list[tuple[int, ...]] = []
+    for u, v in matched:
+        members = tuple(sorted(x for x in (u, v) if isinstance(x, int)))
+        if members:
+            units.append(members)
+    units.sort()
+    for gpu, members in enumerate(units):
+        for i in members:
+            problem.assign(st, i, (gpu,))
+    return st
+
+
+def _branch_and_bound(problem: Problem, seed: int, node_budget: int) -> State:
+    order = problem.order()
+    incumbent = local_search(problem, seed=seed)
+    best: dict[str, object] = {
+        "state": incumbent.copy(),
+        "placed": _placed(problem, incumbent),
+        "value": problem.value(incumbent),
+    }
+    alone = {i: problem.alone_handle(i) for i in order}
+    nodes = 0
+    st = problem.empty_state()
+
+    def bound(pos: int) -> float:
+        rest = [alone[i] for i in order[pos:]]
+        placed = [h for h in st.handle if h >= 0]
+        if problem.objective == "sum":
+            return sum(problem.mean(h) for h in placed) + sum(problem.mean(h) for h in rest)
+        handles = placed + rest
+        if not handles:
+            return 0.0
+        per_draw = problem.per_draw(handles)
+        if problem.objective == "max-min":
+            return float(per_draw.mean())
+        return float(torch.quantile(per_draw, RISK_QUANTILE))
+
+    def dfs(pos: int, placed: int) -> None:
+        nonlocal nodes
+        nodes += 1
+        if nodes > node_budget:
+            raise _Budget
+        remaining = len(order) - pos
+        best_placed = int(best["placed"])  # type: ignore[call-overload]
+        best_value = float(best["value"])  # type: ignore[arg-type]
+        if placed + remaining < best_placed:
+            return
+        if remaining == 0:
+            value = problem.value(st)
+            if placed > best_placed or value > best_value + 1e-12:
+                best.update(state=st.copy(), placed=placed, value=value)
+            return
+        if placed + remaining == best_placed and bound(pos) <= best_value + 1e-12:
+            return
+        i = order[pos]
+        options = problem.candidates(st, i)
+        problem.prefetch(st, ({i: gpus} for gpus in options))
+        scored = sorted(options, key=lambda gpus: -problem.gain(st, i, gpus))
+        for gpus in scored:
+            problem.assign(st, i, gpus)
+            dfs(pos + 1, placed + 1)
+            problem.unassign(st, i)
+        dfs(pos + 1, placed)
+
+    try:
+        dfs(0, 0)
+        problem.info["exact"] = True
+    except _Budget:
+        problem.info["exact"] = False
+    problem.info["nodes"] = nodes
+    state = best["state"]
+    assert isinstance(state, State)
+    return state
+
+
+def _placed(problem: Problem, st: State) -> int:
+    return sum(1 for i in problem.new_instances() if st.where[i] is not None)

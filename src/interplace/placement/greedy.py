@@ -1,0 +1,82 @@
+"""``greedy``: each new job, gangs first, takes the candidate GPUs that raise the objective most.
+
+Complexity: one pass over the jobs; per job, one candidate per class of interchangeable GPUs
+(:meth:`Problem.single_candidates`; gangs: the cheapest-ring sets of each machine state), each
+scored on the memoised queries of the instances it affects. With :math:`n` jobs and :math:`c`
+candidate classes, :math:`O(n c a)` memo look-ups for :math:`a` affected instances per move.
+
+>>> from interplace.placement import Job, place
+>>> from interplace.placement import MeasuredSpeeds
+>>> from interplace.topology import builtin
+>>> m = MeasuredSpeeds({("a", "b"): 0.9, ("b", "a"): 0.9, ("a", "a"): 0.5})
+>>> jobs = [Job("1", "a"), Job("2", "a"), Job("3", "b")]
+>>> p = place(builtin("pcie-8gpu"), m, jobs, policy="greedy", max_per_gpu=2)
+>>> len(p.pending), round(p.objective, 2)
+(0, 3.0)
+"""
+
+from __future__ import annotations
+
+from interplace.placement._problem import Problem, State
+
+__all__ = ["greedy"]
+
+
+def greedy(problem: Problem, *, seed: int = 0) -> State:
+    """Place the new jobs one at a time, each where the objective gains most (see module)."""
+    del seed  # deterministic: ties go to the first candidate
+    st = problem.empty_state()
+    for i in problem.order():
+        best, best_gain = None, -float("inf")
+        options = problem.candidates(st, i)
+        problem.prefetch(st, ({i: gpus} for gpus in options))
+        for gpus in options:
+            gain = problem.gain(st, i, gpus)
+            if gain > best_gain + 1e-12:
+                best, best_gain = gpus, gain
+        if best is not None:
+            problem.assign(st, i, best)
+    repair(problem, st)
+    return st
+
+
+def repair(problem: Problem, st: State) -> None:
+    """Make room for pending single-GPU jobs by moving one job each (an ejection chain of one).
+
+    A job placed early can block a later one: a GPU's only free slot sits next to a job the
+    later one may not share with. For each pending job, every move of one blocking new job to
+    another GPU that frees a slot is tried, and the best (by objective) is taken.
+    """
+    for i in problem.new_instances():
+        if st.where[i] is not None or problem.jobs[i].gpus != 1:
+            continue
+        best: dict[int, tuple[int, ...] | None] | None = None
+        best_gain = -float("inf")
+        for gpus in problem.candidates(st, i):  # a slot freed by an earlier repair
+            gain = problem.gain(st, i, gpus)
+            if gain > best_gain:
+                best, best_gain = {i: gpus}, gain
+        for g, occ in enumerate(st.occ):
+            if best is not None and len(best) == 1:
+                break
+            if len(occ) > problem.max_per_gpu or i in occ:
+                continue
+            blockers = [k for k in occ if not problem.can_pair(i, k)]
+            if len(occ) - len(blockers) >= problem.max_per_gpu or len(blockers) != 1:
+                continue
+            k = blockers[0]
+            if k < problem.n_running or problem.jobs[k].gpus != 1:
+                continue
+            for h in range(len(problem.gpus)):
+                if h != g and problem.can_host(st, k, h):
+                    moves: dict[int, tuple[int, ...] | None] = {k: (h,), i: (g,)}
+                    gain = problem.move_gain(st, moves)
+                    if gain > best_gain:
+                        best, best_gain = moves, gain
+        if best is not None:
+            for k in best:
+                if st.where[k] is not None:
+                    problem.unassign(st, k)
+            for k, gpus in best.items():
+                if gpus is not None:
+                    problem.assign(st, k, gpus)

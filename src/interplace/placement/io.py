@@ -1,0 +1,199 @@
+"""Jobs and state tables in, placement tables out (CSV or Parquet), with one-line errors.
+
+Jobs table: ``job_id``, ``job`` (a job type the model knows), ``gpus`` (default 1), and
+optional ``family`` and ``comm_share`` (default :data:`~interplace.placement.DEFAULT_COMM_SHARE`).
+State table: one row per (running job, GPU): ``job_id``, ``job``, ``gpu``, optional
+``comm_share``. Placement table: one row per (job, GPU): ``job_id``, ``job``, ``gpu``,
+``speed_mean``, ``speed_q05``, ``speed_q95``.
+
+>>> import pandas as pd
+>>> jobs_from_frame(pd.DataFrame({"job_id": ["a", "b"], "job": ["x", "y"], "gpus": [1, 2]}))
+[Job(job_id='a', job='x', gpus=1, family=None, comm_share=0.2), Job(job_id='b', job='y', gpus=2, family=None, comm_share=0.2)]
+"""  # noqa: E501
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import IO, Any, cast
+
+import pandas as pd
+
+from interplace.errors import InputError, atomic_write, first_line
+from interplace.placement._types import DEFAULT_COMM_SHARE, ClusterState, Job, Placement, Running
+
+__all__ = [
+    "PLACEMENT_COLUMNS",
+    "jobs_from_frame",
+    "read_jobs",
+    "read_state",
+    "state_from_frame",
+    "write_placement",
+]
+
+PLACEMENT_COLUMNS = ("job_id", "job", "gpu", "speed_mean", "speed_q05", "speed_q95")
+_TEXT = ("job_id", "job", "gpu", "family")
+_SUFFIXES = (".csv", ".parquet")
+
+
+def _read(path: str | os.PathLike[str], what: str) -> pd.DataFrame:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"no such file: {p}")
+    suffix = p.suffix.lower()
+    if suffix not in _SUFFIXES:
+        raise InputError(f"{p}: unknown {what} file type {p.suffix!r} (use .csv or .parquet)")
+    try:
+        if suffix == ".csv":
+            header = pd.read_csv(p, nrows=0).columns.tolist()
+            frame = pd.read_csv(
+                p, dtype={c: str for c in header if c in _TEXT}, keep_default_na=False,
+                na_values={c: [""] for c in header if c not in _TEXT},
+            )
+        else:
+            frame = pd.read_parquet(p)
+    except pd.errors.EmptyDataError:
+        raise InputError(f"{p}: {what} is empty") from None
+    except Exception as exc:  # pandas' parser errors, pyarrow's own errors
+        raise InputError(f"cannot read {what} {p}: {first_line(exc)}") from exc
+    return frame
+
+
+def _need(frame: pd.DataFrame, columns: tuple[str, ...], where: str) -> None:
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise InputError(
+            f"{where} lacks column(s) {', '.join(missing)} (needs {', '.join(columns)})"
+        )
+
+
+def _text(value: Any, column: str, row: int, where: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        raise InputError(f"{where} row {row}: empty {column}")
+    text = str(value).strip()
+    if not text:
+        raise InputError(f"{where} row {row}: empty {column}")
+    return text
+
+
+def _int(value: Any, column: str, row: int, where: str) -> int:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{where} row {row}: {column} {value!r} is not a number") from None
+    if not math.isfinite(f) or f != int(f) or f < 1:
+        raise InputError(f"{where} row {row}: {column} must be a whole number >= 1, not {value!r}")
+    return int(f)
+
+
+def _share(value: Any, row: int, where: str) -> float:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return DEFAULT_COMM_SHARE
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{where} row {row}: comm_share {value!r} is not a number") from None
+    if not (math.isfinite(f) and 0 <= f < 1):
+        raise InputError(f"{where} row {row}: comm_share must be in [0, 1), not {value!r}")
+    return f
+
+
+def jobs_from_frame(frame: pd.DataFrame, where: str = "jobs table") -> list[Job]:
+    """One :class:`Job` per row (see the module docstring for the columns)."""
+    _need(frame, ("job_id", "job"), where)
+    if len(frame) == 0:
+        raise InputError(f"{where} has no rows")
+    jobs: list[Job] = []
+    seen: dict[str, int] = {}
+    has = set(frame.columns)
+    for row, rec in enumerate(frame.to_dict("records")):
+        job_id = _text(rec["job_id"], "job_id", row, where)
+        if job_id in seen:
+            raise InputError(f"{where} row {row}: duplicate job_id {job_id!r} (row {seen[job_id]})")
+        seen[job_id] = row
+        gpus = _int(rec["gpus"], "gpus", row, where) if "gpus" in has else 1
+        family = None
+        if "family" in has:
+            f = rec["family"]
+            if f is not None and not (isinstance(f, float) and math.isnan(f)) and str(f).strip():
+                family = str(f).strip()
+        share = DEFAULT_COMM_SHARE
+        if "comm_share" in has:
+            share = _share(rec.get("comm_share"), row, where)
+        try:
+            jobs.append(
+                Job(job_id, _text(rec["job"], "job", row, where), gpus, family, share)
+            )
+        except InputError as exc:
+            raise InputError(f"{where} row {row}: {exc}") from None
+    return jobs
+
+
+def state_from_frame(frame: pd.DataFrame, where: str = "state table") -> ClusterState:
+    """A :class:`ClusterState` from one row per (running job, GPU)."""
+    _need(frame, ("job_id", "job", "gpu"), where)
+    order: list[str] = []
+    gpus: dict[str, list[str]] = {}
+    types: dict[str, str] = {}
+    shares: dict[str, float] = {}
+    for row, rec in enumerate(frame.to_dict("records")):
+        job_id = _text(rec["job_id"], "job_id", row, where)
+        job = _text(rec["job"], "job", row, where)
+        gpu = _text(rec["gpu"], "gpu", row, where)
+        if job_id not in gpus:
+            order.append(job_id)
+            gpus[job_id] = []
+            types[job_id] = job
+            shares[job_id] = _share(rec.get("comm_share"), row, where)
+        elif types[job_id] != job:
+            raise InputError(
+                f"{where} row {row}: job {job_id!r} is {job!r} here and {types[job_id]!r} above"
+            )
+        if gpu in gpus[job_id]:
+            raise InputError(f"{where} row {row}: job {job_id!r} lists GPU {gpu!r} twice")
+        gpus[job_id].append(gpu)
+    try:
+        running = tuple(
+            Running(Job(j, types[j], len(gpus[j]), None, shares[j]), tuple(gpus[j])) for j in order
+        )
+        return ClusterState(running)
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
+
+
+def read_jobs(path: str | os.PathLike[str]) -> list[Job]:
+    """Jobs from a ``.csv`` or ``.parquet`` table; errors name the file and row."""
+    return jobs_from_frame(_read(path, "jobs table"), str(path))
+
+
+def read_state(path: str | os.PathLike[str]) -> ClusterState:
+    """What runs where, from a ``.csv`` or ``.parquet`` table; errors name the file and row."""
+    return state_from_frame(_read(path, "state table"), str(path))
+
+
+def placement_frame(placement: Placement) -> pd.DataFrame:
+    """The placement table (:data:`PLACEMENT_COLUMNS`) of the new jobs."""
+    rows = placement.table()
+    if not rows:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in PLACEMENT_COLUMNS})
+    return pd.DataFrame(rows, columns=list(PLACEMENT_COLUMNS))
+
+
+def write_table(frame: pd.DataFrame, path: str | os.PathLike[str]) -> None:
+    """Write ``frame`` atomically as CSV or Parquet, by the file's suffix."""
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix not in _SUFFIXES:
+        raise InputError(f"{p}: unknown output file type {p.suffix!r} (use .csv or .parquet)")
+    if suffix == ".csv":
+        with atomic_write(p, "w") as fh:
+            frame.to_csv(cast("IO[str]", fh), index=False, lineterminator="\n")
+    else:
+        with atomic_write(p, "wb") as fh:
+            frame.to_parquet(cast("IO[bytes]", fh), index=False)
+
+
+def write_placement(placement: Placement, path: str | os.PathLike[str]) -> None:
+    """Write the placement table atomically (no partial file on failure)."""
+    write_table(placement_frame(placement), path)

@@ -1,0 +1,86 @@
+"""``lucid``: Lucid's indolent packing (Hu et al., ASPLOS'23): share a GPU only between jobs
+whose utilisation classes are compatible.
+
+A job type's GPU utilisation :math:`u` is the larger of its GPU compute and memory-bandwidth
+demand: read from the source's ``demand()`` (the fitted model's posterior median, which its
+counters pin) or given as ``utilisation``. Classes: low (:math:`u < 1/3`), medium
+(:math:`u < 2/3`), high. Two jobs are compatible when their classes add to at most 2 (low
+goes with anything, medium with medium, high only with low). Each new job (gangs first) takes
+an idle GPU if there is one, else the compatible GPU whose jobs' classes add up least; with
+none it stays pending, as Lucid queues it. Complexity :math:`O(n g)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from interplace.errors import InputError
+from interplace.placement._problem import Problem, State
+
+__all__ = ["lucid", "utilisation_classes"]
+
+
+def utilisation_classes(
+    problem: Problem, utilisation: Mapping[str, float] | None = None
+) -> list[int]:
+    """The utilisation class (0 low, 1 medium, 2 high) of each of ``problem.types``."""
+    if utilisation is None:
+        demand = getattr(problem.source, "demand", None)
+        if demand is None:
+            raise InputError(
+                "lucid needs job utilisations: a fitted model, or utilisation= per job type"
+            )
+        table = demand()
+        cols = [c for c in ("gpu_compute", "gpu_membw") if c in table.columns]
+        if not cols:
+            raise InputError("lucid needs the model's gpu_compute or gpu_membw demand")
+        util = {str(j): float(table.loc[j, cols].max()) for j in table.index}
+    else:
+        util = dict(utilisation)
+    out = []
+    for t in problem.types:
+        if t not in util:
+            raise InputError(f"lucid: no utilisation for job type {t!r}")
+        u = util[t]
+        out.append(0 if u < 1 / 3 else 1 if u < 2 / 3 else 2)
+    return out
+
+
+def lucid(
+    problem: Problem, *, seed: int = 0, utilisation: Mapping[str, float] | None = None
+) -> State:
+    """Indolent packing on utilisation classes (deterministic)."""
+    del seed
+    cls = utilisation_classes(problem, utilisation)
+    t = problem.inst_type
+    st = problem.empty_state()
+    for i in problem.order():
+        n = problem.jobs[i].gpus
+        ci = cls[t[i]]
+
+        def load(g: int) -> int:
+            return sum(cls[t[k]] for k in st.occ[g])
+
+        def ok(g: int, i: int = i, ci: int = ci) -> bool:
+            return problem.can_host(st, i, g) and all(ci + cls[t[k]] <= 2 for k in st.occ[g])
+
+        if n == 1:
+            idle = [g for g in range(len(problem.gpus)) if not st.occ[g] and ok(g)]
+            options = idle or [g for g in range(len(problem.gpus)) if ok(g)]
+            if options:
+                g = min(options, key=lambda g: (load(g), len(st.occ[g]), g))
+                problem.assign(st, i, (g,))
+            continue
+        best: tuple[int, ...] | None = None
+        best_key: tuple[int, int] | None = None
+        for idx in problem.machines.values():
+            free = sorted((g for g in idx if ok(g)), key=lambda g: (len(st.occ[g]), load(g), g))
+            if len(free) < n:
+                continue
+            chosen = tuple(sorted(free[:n]))
+            key = (sum(load(g) + len(st.occ[g]) for g in chosen), chosen[0])
+            if best_key is None or key < best_key:
+                best, best_key = chosen, key
+        if best is not None:
+            problem.assign(st, i, best)
+    return st

@@ -1,0 +1,45 @@
+"""``pack``: best-fit bin packing, blind to interference.
+
+Each new job (gangs first) goes to the feasible GPU with the fewest free slots (ties: the
+lowest index); a gang to the machine with the fewest free slots that fits it, on its fullest
+GPUs. It frees whole GPUs and machines for later jobs, and co-locates as much as it can.
+Complexity :math:`O(n g)`.
+"""
+
+from __future__ import annotations
+
+from interplace.placement._problem import Problem, State
+
+__all__ = ["pack"]
+
+
+def pack(problem: Problem, *, seed: int = 0) -> State:
+    """Best-fit packing (deterministic)."""
+    del seed
+    st = problem.empty_state()
+    cap = problem.max_per_gpu
+    for i in problem.order():
+        n = problem.jobs[i].gpus
+        if n == 1:
+            options = [g for g in range(len(problem.gpus)) if problem.can_host(st, i, g)]
+            if options:
+                g = min(options, key=lambda g: (cap - len(st.occ[g]), g))
+                problem.assign(st, i, (g,))
+            continue
+        best: tuple[int, ...] | None = None
+        best_key: tuple[int, int] | None = None
+        for idx in problem.machines.values():
+            free = [g for g in idx if problem.can_host(st, i, g)]
+            if len(free) < n:
+                continue
+            slots = sum(cap - len(st.occ[g]) for g in idx)
+            chosen = tuple(sorted(sorted(free, key=lambda g: (cap - len(st.occ[g]), g))[:n]))
+            key = (slots, chosen[0])
+            if best_key is None or key < best_key:
+                best, best_key = chosen, key
+        if best is None and n > problem.machine_size:
+            whole = problem.gang_candidates(st, i, limit=1)
+            best = whole[0] if whole else None
+        if best is not None:
+            problem.assign(st, i, best)
+    return st

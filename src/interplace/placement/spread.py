@@ -1,0 +1,47 @@
+"""``spread``: load balancing, blind to interference.
+
+Each new job (gangs first) goes to the feasible GPU with the fewest jobs, in the machine with
+the fewest jobs (ties: the lowest index); a gang to the least loaded machine that fits it, on
+its least loaded GPUs. It co-locates only when every GPU is busy. Complexity :math:`O(n g)`.
+"""
+
+from __future__ import annotations
+
+from interplace.placement._problem import Problem, State
+
+__all__ = ["spread"]
+
+
+def spread(problem: Problem, *, seed: int = 0) -> State:
+    """Least-loaded placement (deterministic)."""
+    del seed
+    st = problem.empty_state()
+
+    def machine_load(g: int) -> int:
+        return sum(len(st.occ[h]) for h in problem.machines[problem.machine_of[g]])
+
+    for i in problem.order():
+        n = problem.jobs[i].gpus
+        if n == 1:
+            options = [g for g in range(len(problem.gpus)) if problem.can_host(st, i, g)]
+            if options:
+                g = min(options, key=lambda g: (len(st.occ[g]), machine_load(g), g))
+                problem.assign(st, i, (g,))
+            continue
+        best: tuple[int, ...] | None = None
+        best_key: tuple[int, int] | None = None
+        for idx in problem.machines.values():
+            free = [g for g in idx if problem.can_host(st, i, g)]
+            if len(free) < n:
+                continue
+            load = sum(len(st.occ[g]) for g in idx)
+            chosen = tuple(sorted(sorted(free, key=lambda g: (len(st.occ[g]), g))[:n]))
+            key = (load, chosen[0])
+            if best_key is None or key < best_key:
+                best, best_key = chosen, key
+        if best is None and n > problem.machine_size:
+            whole = problem.gang_candidates(st, i, limit=1)
+            best = whole[0] if whole else None
+        if best is not None:
+            problem.assign(st, i, best)
+    return st
