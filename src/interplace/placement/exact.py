@@ -66,30 +66,54 @@ def matching_applies(problem: Problem) -> bool:
 def _matching(problem: Problem) -> State:
     st = problem.empty_state()
     new = list(problem.new_instances())
-    m = len(problem.gpus)
-    slots = problem.max_per_gpu * m - len(new)
-    alone = {i: problem.alone_mean(i) for i in new}
+    units = pair_units(problem, st, new, len(problem.gpus))
+    for gpu, members in enumerate(units):
+        for i in members:
+            problem.assign(st, i, (gpu,))
+    return st
+
+
+def pair_units(
+    problem: Problem, st: State, instances: list[int], n_gpus: int
+) -> list[tuple[int, ...]]:
+    """The best split of single-GPU ``instances`` into at most ``n_gpus`` GPUs of one or two.
+
+    Exact for the ``sum`` objective when a job's speed depends only on its GPU partner (no
+    cross-GPU contention scored): a maximum-weight perfect matching on the jobs and
+    ``2 n_gpus - n`` idle slots (module docstring). Jobs it cannot place (forbidden pairs
+    only) are left out. ``st`` is only borrowed to score pairs and left as it was.
+    """
+    if problem.max_per_gpu == 1 or len(instances) <= 1:
+        order = sorted(instances, key=lambda i: -problem.alone_mean(i))
+        return [(i,) for i in order[:n_gpus]]
+    slots = 2 * n_gpus - len(instances)
+    alone = {i: problem.alone_mean(i) for i in instances}
     pair_value: dict[tuple[int, int], float] = {}
-    if problem.max_per_gpu == 2:
-        g0 = 0
-        for a_pos, a in enumerate(new):
-            for b in new[a_pos + 1 :]:
-                if not problem.can_pair(a, b):
-                    continue
-                st.occ[g0] += [a, b]
-                st.where[a] = st.where[b] = (g0,)
-                ha, hb = problem.handles(st, [a, b])
-                st.occ[g0] = []
-                st.where[a] = st.where[b] = None
-                pair_value[(a, b)] = problem.mean(ha) + problem.mean(hb)
+    g0 = next((g for g, occ in enumerate(st.occ) if not occ), None)
+    table = _pair_means(problem, instances) if g0 is None else None
+    for a_pos, a in enumerate(instances):
+        for b in instances[a_pos + 1 :]:
+            if not problem.can_pair(a, b):
+                continue
+            if table is not None:
+                pair_value[(a, b)] = table[(a, b)]
+                continue
+            assert g0 is not None
+            st.occ[g0] += [a, b]
+            saved = st.where[a], st.where[b]
+            st.where[a] = st.where[b] = (g0,)
+            ha, hb = problem.handles(st, [a, b])
+            st.occ[g0] = []
+            st.where[a], st.where[b] = saved
+            pair_value[(a, b)] = problem.mean(ha) + problem.mean(hb)
     big = 4.0 * (1.0 + sum(alone.values()) + sum(max(v, 0.0) for v in pair_value.values()))
     g = nx.Graph()
-    dummies = [("slot", k) for k in range(slots)]
-    g.add_nodes_from(new)
+    dummies = [("slot", k) for k in range(max(slots, 0))]
+    g.add_nodes_from(instances)
     g.add_nodes_from(dummies)
     for (a, b), v in pair_value.items():
         g.add_edge(a, b, weight=2 * big + v)
-    for i in new:
+    for i in instances:
         for d in dummies:
             g.add_edge(i, d, weight=big + alone[i])
     for x in range(len(dummies)):
@@ -102,10 +126,24 @@ def _matching(problem: Problem) -> State:
         if members:
             units.append(members)
     units.sort()
-    for gpu, members in enumerate(units):
-        for i in members:
-            problem.assign(st, i, (gpu,))
-    return st
+    return units[:n_gpus]
+
+
+def _pair_means(problem: Problem, instances: list[int]) -> dict[tuple[int, int], float]:
+    """Summed mean speed of each pair on one GPU, from the memo (no free GPU to borrow)."""
+    from interplace.placement._problem import _FULL, Key
+
+    t = problem.inst_type
+    keys = {(t[a], ((t[b], _FULL),)) for a in instances for b in instances}
+    missing: list[Key] = [k for k in keys if k not in problem.cache.memo]
+    if missing:
+        problem._answer(missing)
+    memo = problem.cache.memo
+    return {
+        (a, b): problem.mean(memo[(t[a], ((t[b], _FULL),))])
+        + problem.mean(memo[(t[b], ((t[a], _FULL),))])
+        for a in instances for b in instances if a != b
+    }
 
 
 def _branch_and_bound(problem: Problem, seed: int, node_budget: int) -> State:

@@ -17,6 +17,8 @@ candidate classes, :math:`O(n c a)` memo look-ups for :math:`a` affected instanc
 
 from __future__ import annotations
 
+import time
+
 from interplace.placement._problem import Problem, State
 
 __all__ = ["greedy"]
@@ -26,7 +28,9 @@ def greedy(problem: Problem, *, seed: int = 0) -> State:
     """Place the new jobs one at a time, each where the objective gains most (see module)."""
     del seed  # deterministic: ties go to the first candidate
     st = problem.empty_state()
+    times: list[float] = []
     for i in problem.order():
+        start = time.perf_counter()
         best, best_gain = None, -float("inf")
         options = problem.candidates(st, i)
         problem.prefetch(st, ({i: gpus} for gpus in options))
@@ -36,6 +40,8 @@ def greedy(problem: Problem, *, seed: int = 0) -> State:
                 best, best_gain = gpus, gain
         if best is not None:
             problem.assign(st, i, best)
+        times.append(time.perf_counter() - start)
+    problem.info["job_seconds"] = times
     repair(problem, st)
     return st
 
@@ -77,6 +83,6 @@ def repair(problem: Problem, st: State) -> None:
             for k in best:
                 if st.where[k] is not None:
                     problem.unassign(st, k)
-            for k, gpus in best.items():
-                if gpus is not None:
-                    problem.assign(st, k, gpus)
+            for k, target in best.items():
+                if target is not None:
+                    problem.assign(st, k, target)
