@@ -114,6 +114,9 @@ def _place(
     cache: SpeedCache | None,
     start: float,
 ) -> Placement:
+    extended = with_counters(model, jobs, state)
+    if extended is not model:
+        model, cache = extended, None  # a new model: the cache answered for the old one
     problem = Problem(
         topology,
         model,
@@ -182,6 +185,7 @@ def score(
         for g in gpus:
             occupancy[g] = occupancy.get(g, 0) + 1
     limit = max(occupancy.values(), default=1) if max_per_gpu is None else max_per_gpu
+    model = with_counters(model, [j for j, _ in new] + pending, ClusterState(tuple(running)))
     problem = Problem(
         topology,
         model,
@@ -210,6 +214,37 @@ def score(
                 )
         problem.assign(st, i, idx)
     return to_placement(problem, st, policy=name, decision_s=time.perf_counter() - start)
+
+
+def with_counters(
+    model: SpeedSource, jobs: Sequence[Job], state: ClusterState | None
+) -> SpeedSource:
+    """``model`` with the job types it lacks added from their jobs' counters (cold start).
+
+    Types without counters are left for :class:`Problem` to refuse by name. Two jobs giving
+    one new type different readings are refused. Only a fitted
+    :class:`~interplace.model.InterferenceModel` has a cold-start path.
+    """
+    from interplace.model import InterferenceModel
+    from interplace.placement._cold import with_cold_jobs
+
+    known = set(model.jobs)
+    readings: dict[str, dict[str, float]] = {}
+    all_jobs = list(jobs) + ([r.job for r in state.running] if state is not None else [])
+    for j in all_jobs:
+        if j.job in known or j.counters is None:
+            continue
+        given = dict(j.counters)
+        if readings.setdefault(j.job, given) != given:
+            raise InputError(f"job type {j.job!r} is given two different counter readings")
+    if not readings:
+        return model
+    if not isinstance(model, InterferenceModel):
+        raise InputError(
+            f"job type(s) {', '.join(sorted(readings))} are unknown and this speed source has "
+            "no cold-start path (a fitted model has)"
+        )
+    return with_cold_jobs(model, readings)
 
 
 def check_state(problem: Problem, st: State) -> None:

@@ -180,7 +180,8 @@ class Problem:
             shown = ", ".join(repr(u) for u in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
             raise InputError(
                 f"unknown job type(s) {shown}: the model knows {len(self.types)} job types "
-                "(fit it with an isolated run of each new type, counters included)"
+                "(give such a job its isolated counters, e.g. a gpu_util_pct column, to place "
+                "it by the model's cold-start path, or refit with its isolated run)"
             )
         self.gpus: tuple[str, ...] = tuple(topology.gpus())
         self.gpu_index = {g: i for i, g in enumerate(self.gpus)}

@@ -48,7 +48,10 @@ class Job:
     64)"``); many jobs may share one type. ``gpus`` GPUs are gang-placed: all at once, inside
     one machine when they fit. ``comm_share`` is the share of a multi-GPU job's step time
     spent communicating on the best-connected GPU set (default :data:`DEFAULT_COMM_SHARE`).
-    ``family`` is informational (the model already knows its jobs' families).
+    ``family`` is informational (the model already knows its jobs' families). ``counters``
+    (metric -> mean reading of an isolated run, e.g. ``{"gpu_util_pct": 85.0}``) lets a job
+    type the model has never seen be placed through its cold-start path
+    (:mod:`interplace.placement._cold`); they are kept as a sorted tuple of pairs.
 
     >>> Job("j1", "resnet", gpus=2).gpus
     2
@@ -63,6 +66,7 @@ class Job:
     gpus: int = 1
     family: str | None = None
     comm_share: float = DEFAULT_COMM_SHARE
+    counters: tuple[tuple[str, float], ...] | None = None
 
     def __post_init__(self) -> None:
         _check_name(self.job_id, "job_id")
@@ -74,6 +78,21 @@ class Job:
         c = self.comm_share
         if isinstance(c, bool) or not isinstance(c, int | float) or not 0 <= c < 1:
             raise InputError(f"job {self.job_id}: comm_share must be in [0, 1), not {c!r}")
+        if self.counters is not None:
+            items = self.counters.items() if isinstance(self.counters, Mapping) else self.counters
+            pairs = []
+            for pair in items:
+                if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)):
+                    raise InputError(f"job {self.job_id}: counters must map metric names to values")
+                name, value = pair
+                if isinstance(value, bool) or not isinstance(value, int | float) or not (
+                    math.isfinite(value) and value >= 0
+                ):
+                    raise InputError(
+                        f"job {self.job_id}: counter {name} must be a finite number >= 0"
+                    )
+                pairs.append((name, float(value)))
+            object.__setattr__(self, "counters", tuple(sorted(pairs)) or None)
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,17 @@
 """Jobs and state tables in, placement tables out (CSV or Parquet), with one-line errors.
 
 Jobs table: ``job_id``, ``job`` (a job type the model knows), ``gpus`` (default 1), and
-optional ``family`` and ``comm_share`` (default :data:`~interplace.placement.DEFAULT_COMM_SHARE`).
+optional ``family`` and ``comm_share`` (default :data:`~interplace.placement.DEFAULT_COMM_SHARE`)
+and counter columns named as :data:`interplace.model.METRIC_RESOURCE` (``gpu_util_pct``,
+``mem_util_pct``, ...): a row's readings of an isolated run, which place a job type the model
+does not know by its cold-start path.
 State table: one row per (running job, GPU): ``job_id``, ``job``, ``gpu``, optional
 ``comm_share``. Placement table: one row per (job, GPU): ``job_id``, ``job``, ``gpu``,
 ``speed_mean``, ``speed_q05``, ``speed_q95``.
 
 >>> import pandas as pd
 >>> jobs_from_frame(pd.DataFrame({"job_id": ["a", "b"], "job": ["x", "y"], "gpus": [1, 2]}))
-[Job(job_id='a', job='x', gpus=1, family=None, comm_share=0.2), Job(job_id='b', job='y', gpus=2, family=None, comm_share=0.2)]
+[Job(job_id='a', job='x', gpus=1, family=None, comm_share=0.2, counters=None), Job(job_id='b', job='y', gpus=2, family=None, comm_share=0.2, counters=None)]
 """  # noqa: E501
 
 from __future__ import annotations
@@ -104,9 +107,12 @@ def jobs_from_frame(frame: pd.DataFrame, where: str = "jobs table") -> list[Job]
     _need(frame, ("job_id", "job"), where)
     if len(frame) == 0:
         raise InputError(f"{where} has no rows")
+    from interplace.model import METRIC_RESOURCE
+
     jobs: list[Job] = []
     seen: dict[str, int] = {}
     has = set(frame.columns)
+    metric_columns = [c for c in frame.columns if c in METRIC_RESOURCE]
     for row, rec in enumerate(frame.to_dict("records")):
         job_id = _text(rec["job_id"], "job_id", row, where)
         if job_id in seen:
@@ -121,9 +127,19 @@ def jobs_from_frame(frame: pd.DataFrame, where: str = "jobs table") -> list[Job]
         share = DEFAULT_COMM_SHARE
         if "comm_share" in has:
             share = _share(rec.get("comm_share"), row, where)
+        counters = {}
+        for metric in metric_columns:
+            v = rec[metric]
+            if v is None or (isinstance(v, float) and math.isnan(v)):
+                continue
+            try:
+                counters[metric] = float(v)
+            except (TypeError, ValueError):
+                raise InputError(f"{where} row {row}: {metric} {v!r} is not a number") from None
         try:
             jobs.append(
-                Job(job_id, _text(rec["job"], "job", row, where), gpus, family, share)
+                Job(job_id, _text(rec["job"], "job", row, where), gpus, family, share,
+                    tuple(sorted(counters.items())) or None)
             )
         except InputError as exc:
             raise InputError(f"{where} row {row}: {exc}") from None

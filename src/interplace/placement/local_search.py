@@ -113,11 +113,18 @@ def _rematch(problem: Problem, st: State, rng: np.random.Generator) -> bool:
     improved = False
     for w in range(0, len(order), WINDOW):
         gpus = sorted(order[w : w + WINDOW])
-        insts = sorted(k for g in gpus for k in st.occ[g])
+        pending = [
+            i for i in problem.new_instances()
+            if st.where[i] is None and problem.jobs[i].gpus == 1
+        ]
+        here = [k for g in gpus for k in st.occ[g]]
+        room = problem.max_per_gpu * len(gpus) - len(here)
+        insts = sorted(here + pending[: max(room, 0)])
         if len(insts) < 2:
             continue
         units = pair_units(problem, st, insts, len(gpus))
-        if sum(len(u) for u in units) < len(insts):
+        placed_now = sum(1 for k in insts if st.where[k] is not None)
+        if sum(len(u) for u in units) < placed_now:
             continue
         moves: dict[int, tuple[int, ...] | None] = {}
         for g, unit in zip(gpus, units, strict=False):
@@ -125,9 +132,10 @@ def _rematch(problem: Problem, st: State, rng: np.random.Generator) -> bool:
                 moves[k] = (g,)
         if all(st.where[k] == moves[k] for k in moves):
             continue
-        if problem.move_gain(st, moves) > 1e-9:
+        if sum(len(u) for u in units) > placed_now or problem.move_gain(st, moves) > 1e-9:
             for k in moves:
-                problem.unassign(st, k)
+                if st.where[k] is not None:
+                    problem.unassign(st, k)
             for k, where in moves.items():
                 assert where is not None
                 problem.assign(st, k, where)

@@ -1,0 +1,160 @@
+r"""Cold start at placement time: a new job type known only by its isolated counters.
+
+A scheduler often meets a job type the model was never fitted on, but can read its NVML
+counters from a short isolated run (or a previous run of the same job). The model's cold-start
+path gives such a job a posterior from its counters and the population: this module adds it
+to a fitted model without refitting. For the new job :math:`n`, with mean isolated counter
+reading :math:`u_{m}` (a share of full scale) of each metric :math:`m` on resource
+:math:`r(m)`, the mean-field posterior rows are
+
+.. math::
+    \log d_{nr} \sim \mathcal N\bigl(\log \max(u, 0.02),\ 0.05 / \max(u, 0.05)\bigr)
+    \ \text{(a counter read, below saturation)}, \qquad
+    \log d_{nr} \sim \mathcal N\bigl(\hat\mu_r,\ (\hat\sigma_r^2 + s_{\mu r}^2)^{1/2}\bigr)
+    \ \text{(no counter, or a saturated one)},
+
+.. math::
+    \epsilon_{nr} \sim \mathcal N(0, 1), \quad \eta_{nr} \sim \mathcal N(0, \hat\varsigma_r^2),
+    \quad \beta_n \sim \mathcal N(0, \hat\omega^2),
+
+with hats the posterior means of the population's latents (:math:`\hat\mu_r` the demand
+location, :math:`s_{\mu r}` its posterior sd, :math:`\hat\sigma_r` the demand spread,
+:math:`\hat\varsigma_r` the intensity spread, :math:`\hat\omega` the reference-error scale).
+That is the model's own prior for a job given a counter reading with the fit's 5%-of-full-scale
+noise, conditioned on the population but not feeding back into it (a refit would also learn
+from the new job; with one isolated run it has nothing else to teach). A saturated counter
+(:math:`u \ge 0.98`) says only that the demand is at least full scale, so it keeps the
+population's prior. The sensitivity then follows the model's regression on demand, which is
+what makes the cold prediction depend on the counters.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+
+import torch
+
+from interplace.errors import InputError
+from interplace.model import METRIC_FULL_SCALE, METRIC_RESOURCE, InterferenceModel
+
+__all__ = ["COLD_SITES", "with_cold_jobs"]
+
+COLD_SITES = ("log_demand", "sens_eps", "log_intensity", "iso_bias")
+"""The per-job latent sites a cold job gets a row of; a model with any other per-job site
+(a later model format) is refused rather than extended wrongly."""
+
+_SATURATED = 0.98
+
+
+def with_cold_jobs(
+    model: InterferenceModel, counters: Mapping[str, Mapping[str, float]]
+) -> InterferenceModel:
+    """``model`` with each new job type of ``counters`` (metric -> mean isolated reading) added.
+
+    Readings are in each metric's unit (``gpu_util_pct`` in percent, ``pcie_rx_kbps`` in
+    kB/s). Types the model already knows are refused, so are unknown metrics and readings
+    that are negative or not finite.
+
+    >>> from interplace.datasets import synthetic
+    >>> from interplace.model import Query, fit
+    >>> m = fit(synthetic(3, seed=0, samples_per_run=4), steps=200, min_steps=200)
+    >>> m2 = with_cold_jobs(m, {"new": {"gpu_util_pct": 95.0, "mem_util_pct": 60.0}})
+    >>> m2.jobs[-1], len(m2.jobs)
+    ('new', 4)
+    >>> p = m2.posterior_speed([Query("new", ("job0",)), Query("job0", ("new",))])
+    >>> bool((p.mean <= 1.1).all())
+    True
+    """
+    if not counters:
+        return model
+    n_jobs = len(model.jobs)
+    per_job = [
+        name for name, (loc, _) in model.posterior.items()
+        if loc.dim() >= 1 and loc.shape[0] == n_jobs and not name.startswith("family")
+    ]
+    unknown_sites = sorted(set(per_job) - set(COLD_SITES))
+    if unknown_sites:
+        raise InputError(
+            f"cannot add cold jobs to this model: its per-job site(s) {', '.join(unknown_sites)} "
+            "have no cold-start rule (refit the model with the new jobs' isolated runs)"
+        )
+    known = set(model.jobs)
+    res_index = {r: i for i, r in enumerate(model.resources)}
+    post = {k: (loc.clone(), scale.clone()) for k, (loc, scale) in model.posterior.items()}
+
+    def mean_of(site: str) -> torch.Tensor:
+        return post[site][0]  # unconstrained location: log of a positive site
+
+    mu_loc, mu_scale = post["demand_mu"]
+    demand_sd = mean_of("demand_sd").exp()
+    intensity_sd = mean_of("intensity_sd").exp()
+    bias_scale = mean_of("iso_bias_scale").exp().reshape(())
+    prior_scale = torch.sqrt(demand_sd**2 + mu_scale**2)
+    names = []
+    rows: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {s: [] for s in COLD_SITES}
+    for job, readings in counters.items():
+        if not isinstance(job, str) or not job.strip() or job != job.strip():
+            raise InputError(f"cold job names must be non-empty names, not {job!r}")
+        if job in known:
+            raise InputError(f"job type {job!r} is already in the model")
+        d_loc, d_scale = mu_loc.clone(), prior_scale.clone()
+        for metric, value in _readings(job, readings):
+            if metric not in METRIC_RESOURCE:
+                raise InputError(
+                    f"cold job {job!r}: unknown counter {metric!r} "
+                    f"(known: {', '.join(sorted(METRIC_RESOURCE))})"
+                )
+            r = res_index.get(METRIC_RESOURCE[metric])
+            if r is None:
+                continue
+            u = value / _full_scale(model, metric)
+            if u >= _SATURATED:
+                continue
+            d_loc[r] = math.log(max(u, 0.02))
+            d_scale[r] = 0.05 / max(u, 0.05)
+        rows["log_demand"].append((d_loc, d_scale))
+        n_res = len(model.resources)
+        zeros = torch.zeros(n_res, dtype=torch.float64)
+        rows["sens_eps"].append((zeros, torch.ones(n_res, dtype=torch.float64)))
+        rows["log_intensity"].append((zeros.clone(), intensity_sd.clone()))
+        rows["iso_bias"].append(
+            (torch.zeros((), dtype=torch.float64), bias_scale.clone())
+        )
+        names.append(job)
+    for site, new in rows.items():
+        old_loc, old_scale = post[site]
+        post[site] = (
+            torch.cat([old_loc, torch.stack([a for a, _ in new])]),
+            torch.cat([old_scale, torch.stack([b for _, b in new])]),
+        )
+    families = None if model.families is None else (*model.families, *([None] * len(names)))
+    info = dict(model.info)
+    info["cold_jobs"] = [*info.get("cold_jobs", []), *names]
+    return InterferenceModel(
+        jobs=(*model.jobs, *names),
+        resources=model.resources,
+        metrics=model.metrics,
+        full_scale=model.full_scale,
+        hyper=model.hyper,
+        posterior=post,
+        info=info,
+        families=families,
+    )
+
+
+def _readings(job: str, readings: Mapping[str, float]) -> Iterable[tuple[str, float]]:
+    if not readings:
+        raise InputError(f"cold job {job!r} has no counter readings")
+    for metric, value in readings.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise InputError(f"cold job {job!r}: {metric} reading {value!r} is not a number")
+        if not math.isfinite(value) or value < 0:
+            raise InputError(f"cold job {job!r}: {metric} reading must be finite and >= 0")
+        yield metric, float(value)
+
+
+def _full_scale(model: InterferenceModel, metric: str) -> float:
+    if metric in model.metrics:
+        return float(model.full_scale[model.metrics.index(metric)])
+    return float(METRIC_FULL_SCALE.get(metric, 1.0))
