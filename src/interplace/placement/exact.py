@@ -3,13 +3,15 @@ r"""``exact``: the optimal placement of small instances; the oracle of the tests
 Two algorithms, chosen by the instance:
 
 *Matching.* With the ``sum`` objective, single-GPU jobs, at most two jobs per GPU, nothing
-running, at most :math:`2m` jobs for :math:`m` GPUs and no contention across GPUs (no two
-GPUs share a domain, or the source has ``cross_gpu = False``, as measured pairwise speeds do),
-the best co-location is a maximum-weight perfect matching: one vertex per job and
-:math:`2m - n` idle-slot vertices; a job-job edge weighs the pair's summed speed on one GPU, a
-job-slot edge the job's speed alone, a slot-slot edge 0, and every job's edges gain a constant
-larger than any objective so that placing more jobs always wins. Each matched edge is one GPU
-(networkx's blossom algorithm, :math:`O(V^3)`).
+running and no contention across GPUs (no two GPUs share a domain, or the source has
+``cross_gpu = False``, as measured pairwise speeds do), the best co-location of :math:`n` jobs
+on :math:`m` GPUs is a maximum-weight perfect matching: one vertex per job, :math:`2m - (n -
+q)` idle-slot vertices and :math:`q` pending vertices; a job-job edge weighs the pair's summed
+speed on one GPU, a job-slot edge the job's speed alone, a job-pending edge 0 (the job waits),
+a slot-slot edge 0 (an idle GPU), and every job's edges gain a constant larger than any
+objective. A perfect matching has exactly :math:`m` GPU edges; the smallest :math:`q` for which
+one exists places the most jobs (forbidden pairs can strand some), and its maximum weight is
+the best objective (networkx's blossom algorithm, :math:`O(V^3)` per :math:`q`).
 
 *Branch and bound* otherwise: depth-first over the new jobs (gangs first), each either on one
 of its candidate GPU classes (interchangeable GPUs tried once) or pending; the incumbent starts
@@ -58,7 +60,6 @@ def matching_applies(problem: Problem) -> bool:
         and problem.n_running == 0
         and problem.max_per_gpu <= 2
         and all(problem.jobs[i].gpus == 1 for i in new)
-        and len(new) <= problem.max_per_gpu * len(problem.gpus)
         and no_cross
     )
 
@@ -86,7 +87,6 @@ def pair_units(
     if problem.max_per_gpu == 1 or len(instances) <= 1:
         order = sorted(instances, key=lambda i: -problem.alone_mean(i))
         return [(i,) for i in order[:n_gpus]]
-    slots = 2 * n_gpus - len(instances)
     alone = {i: problem.alone_mean(i) for i in instances}
     pair_value: dict[tuple[int, int], float] = {}
     g0 = next((g for g, occ in enumerate(st.occ) if not occ), None)
@@ -107,26 +107,42 @@ def pair_units(
             st.where[a], st.where[b] = saved
             pair_value[(a, b)] = problem.mean(ha) + problem.mean(hb)
     big = 4.0 * (1.0 + sum(alone.values()) + sum(max(v, 0.0) for v in pair_value.values()))
-    g = nx.Graph()
-    dummies = [("slot", k) for k in range(max(slots, 0))]
-    g.add_nodes_from(instances)
-    g.add_nodes_from(dummies)
-    for (a, b), v in pair_value.items():
-        g.add_edge(a, b, weight=2 * big + v)
-    for i in instances:
-        for d in dummies:
-            g.add_edge(i, d, weight=big + alone[i])
-    for x in range(len(dummies)):
-        for y in range(x + 1, len(dummies)):
-            g.add_edge(dummies[x], dummies[y], weight=0.0)
-    matched = nx.max_weight_matching(g, maxcardinality=False, weight="weight")
-    units: list[tuple[int, ...]] = []
-    for u, v in matched:
-        members = tuple(sorted(x for x in (u, v) if isinstance(x, int)))
-        if members:
-            units.append(members)
-    units.sort()
-    return units[:n_gpus]
+    n = len(instances)
+    for q in range(max(0, n - 2 * n_gpus), n + 1):
+        # q jobs pending: 2 n_gpus - (n - q) idle slots, and q pending vertices that only a
+        # job may take; a perfect matching then has exactly n_gpus GPU edges. The first q
+        # with a perfect matching places the most jobs; its weight, the best objective.
+        g = nx.Graph()
+        dummies = [("slot", k) for k in range(2 * n_gpus - (n - q))]
+        pend = [("pending", k) for k in range(q)]
+        g.add_nodes_from([*instances, *dummies, *pend])
+        for (a, b), v in pair_value.items():
+            g.add_edge(a, b, weight=2 * big + v)
+        for i in instances:
+            for d in dummies:
+                g.add_edge(i, d, weight=big + alone[i])
+            for p in pend:
+                g.add_edge(i, p, weight=big)
+        for x in range(len(dummies)):
+            for y in range(x + 1, len(dummies)):
+                g.add_edge(dummies[x], dummies[y], weight=0.0)
+        matched = nx.max_weight_matching(g, maxcardinality=True, weight="weight")
+        if 2 * len(matched) != g.number_of_nodes():
+            continue
+        units: list[tuple[int, ...]] = []
+        for u, v in matched:
+            if _pending(u) or _pending(v):
+                continue
+            members = tuple(sorted(x for x in (u, v) if isinstance(x, int)))
+            if members:
+                units.append(members)
+        units.sort()
+        return units
+    return []
+
+
+def _pending(node: object) -> bool:
+    return isinstance(node, tuple) and node[0] == "pending"
 
 
 def _pair_means(problem: Problem, instances: list[int]) -> dict[tuple[int, int], float]:
