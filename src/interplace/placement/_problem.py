@@ -20,7 +20,7 @@ import contextlib
 import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -113,15 +113,26 @@ class SpeedCache:
 class State:
     """A (partial) assignment: ``occ[g]`` lists the instances on GPU index ``g``;
     ``where[i]`` is instance ``i``'s GPU indices (None while unplaced); ``handle[i]`` is the
-    memo row of its current speed (-1 while unplaced)."""
+    memo row of its current speed (-1 while unplaced). ``ver[g]`` changes whenever ``occ[g]``
+    does (and returns to its old value when a trial move is undone), so ``keys`` can cache
+    each instance's query key per GPU; change ``occ`` only through :class:`Problem`."""
 
     occ: list[list[int]]
     where: list[tuple[int, ...] | None]
     handle: list[int]
+    ver: list[int] = field(default_factory=list)
+    keys: dict[tuple[int, int], tuple[tuple[int, ...], Key]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.ver:
+            self.ver = [0] * len(self.occ)
 
     def copy(self) -> State:
         """An independent copy."""
-        return State([list(o) for o in self.occ], list(self.where), list(self.handle))
+        return State(
+            [list(o) for o in self.occ], list(self.where), list(self.handle), list(self.ver),
+            dict(self.keys),
+        )
 
 
 class Problem:
@@ -235,6 +246,7 @@ class Problem:
         self._comm_cache: dict[tuple[object, ...], float] = {}
         self._local_pos = {g: k for idx in machines.values() for k, g in enumerate(idx)}
         self.queries_answered = 0
+        self._clock = itertools.count(1)
 
     # ------------------------------------------------------------ structure
     def _share_rule(
@@ -344,6 +356,7 @@ class Problem:
         st.where[i] = tuple(gpus)
         for g in gpus:
             st.occ[g].append(i)
+            st.ver[g] = self.tick()
         self.refresh(st, self.affected(st, gpus) | {i})
 
     def unassign(self, st: State, i: int) -> tuple[int, ...]:
@@ -353,10 +366,15 @@ class Problem:
             raise ValueError(f"instance {i} is not a placed new job")
         for g in gpus:
             st.occ[g].remove(i)
+            st.ver[g] = self.tick()
         st.where[i] = None
         st.handle[i] = -1
         self.refresh(st, self.affected(st, gpus))
         return gpus
+
+    def tick(self) -> int:
+        """A fresh version number (never reused)."""
+        return next(self._clock)
 
     def affected(self, st: State, gpus: Iterable[int]) -> set[int]:
         """Instances on ``gpus`` or on a GPU sharing a domain with one of them."""
@@ -377,6 +395,16 @@ class Problem:
     # -------------------------------------------------------------- scoring
     def key(self, st: State, i: int, g: int) -> Key:
         """The memo key of instance ``i``'s query on its GPU ``g`` in state ``st``."""
+        nbrs = self.nbrs[g]
+        vk = (st.ver[g],) if not nbrs else (st.ver[g], *(st.ver[h] for h, _ in nbrs))
+        hit = st.keys.get((i, g))
+        if hit is not None and hit[0] == vk:
+            return hit[1]
+        key = self._key(st, i, g)
+        st.keys[(i, g)] = (vk, key)
+        return key
+
+    def _key(self, st: State, i: int, g: int) -> Key:
         co: dict[int, int] = {}
         for k in st.occ[g]:
             if k != i:
@@ -411,6 +439,48 @@ class Problem:
                 assert where is not None
                 out.append(self._gang(ks, self.comm_factor(i, where)))
         return out
+
+    def move_gains(
+        self, st: State, options: Sequence[Mapping[int, tuple[int, ...] | None]]
+    ) -> list[float]:
+        """:meth:`move_gain` of each of ``options``, their new queries answered in one batch.
+
+        Each option is applied once: its affected instances' query keys are collected, the
+        missing ones are answered together, and the gains are summed from the memo. For an
+        objective other than ``sum`` it is :meth:`move_gain` per option.
+        """
+        if self.objective != "sum":
+            now = self.value(st)
+            return [self.move_gain(st, moves, now) for moves in options]
+        records = []
+        missing: dict[Key, None] = {}
+        for moves in options:
+            with self._applied(st, moves) as aff:
+                rows = []
+                for i in aff:
+                    where = st.where[i]
+                    assert where is not None
+                    ks = tuple(self.key(st, i, g) for g in where)
+                    factor = self.comm_factor(i, where) if len(ks) > 1 else 1.0
+                    rows.append((i, ks, factor))
+                    for k in ks:
+                        if k not in self._memo:
+                            missing[k] = None
+            records.append((moves, rows))
+        if missing:
+            self._answer(list(missing))
+        gains = []
+        for moves, rows in records:
+            total = 0.0
+            for i, ks, factor in rows:
+                h = self._memo[ks[0]] if len(ks) == 1 else self._gang(ks, factor)
+                old = st.handle[i]
+                total += self._mean[h] - (self._mean[old] if old >= 0 else 0.0)
+            for i, where in moves.items():
+                if where is None and st.handle[i] >= 0:
+                    total -= self._mean[st.handle[i]]
+            gains.append(total)
+        return gains
 
     def _answer(self, keys: list[Key]) -> None:
         types = self.types
@@ -558,6 +628,12 @@ class Problem:
         """Apply ``moves`` to ``st`` for the duration of the block; yields the affected set."""
         old = {i: st.where[i] for i in moves}
         touched: set[int] = set()
+        for i in moves:
+            touched.update(st.where[i] or ())
+            touched.update(moves[i] or ())
+        versions = {g: st.ver[g] for g in touched}
+        for g in touched:
+            st.ver[g] = self.tick()
         for i, new in moves.items():
             before = st.where[i]
             if before is not None:
@@ -581,6 +657,8 @@ class Problem:
                 if before is not None:
                     for g in before:
                         st.occ[g].append(i)
+            for g, v in versions.items():
+                st.ver[g] = v  # the state is as it was: so are its cached keys
 
     def prefetch(
         self, st: State, options: Iterable[Mapping[int, tuple[int, ...] | None]]

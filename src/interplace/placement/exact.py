@@ -101,10 +101,13 @@ def pair_units(
             assert g0 is not None
             st.occ[g0] += [a, b]
             saved = st.where[a], st.where[b]
+            version = st.ver[g0]
+            st.ver[g0] = problem.tick()
             st.where[a] = st.where[b] = (g0,)
             ha, hb = problem.handles(st, [a, b])
             st.occ[g0] = []
             st.where[a], st.where[b] = saved
+            st.ver[g0] = version
             pair_value[(a, b)] = problem.mean(ha) + problem.mean(hb)
     big = 4.0 * (1.0 + sum(alone.values()) + sum(max(v, 0.0) for v in pair_value.values()))
     n = len(instances)

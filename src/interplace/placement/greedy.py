@@ -33,9 +33,8 @@ def greedy(problem: Problem, *, seed: int = 0) -> State:
         start = time.perf_counter()
         best, best_gain = None, -float("inf")
         options = problem.candidates(st, i)
-        problem.prefetch(st, ({i: gpus} for gpus in options))
-        for gpus in options:
-            gain = problem.gain(st, i, gpus)
+        gains = problem.move_gains(st, [{i: gpus} for gpus in options])
+        for gpus, gain in zip(options, gains, strict=True):
             if gain > best_gain + 1e-12:
                 best, best_gain = gpus, gain
         if best is not None:

@@ -52,7 +52,7 @@ def improve(problem: Problem, st: State, *, seed: int = 0, max_passes: int = MAX
     pair = _PairTable.build(problem, st)
     for _ in range(max_passes):
         improved = False
-        current = start = problem.value(st)
+        start = problem.value(st)
         for k in rng.permutation(len(new)):
             i = new[int(k)]
             where = st.where[i]
@@ -69,9 +69,7 @@ def improve(problem: Problem, st: State, *, seed: int = 0, max_passes: int = MAX
                         options += fast
                     else:
                         options += _swaps(problem, st, i)
-            problem.prefetch(st, options)
-            for moves in options:
-                g = problem.move_gain(st, moves, current)
+            for moves, g in zip(options, problem.move_gains(st, options), strict=True):
                 if g > best_gain + 1e-9:
                     best_moves, best_gain = moves, g
             if best_moves is not None:
@@ -81,7 +79,6 @@ def improve(problem: Problem, st: State, *, seed: int = 0, max_passes: int = MAX
                 for j, gpus in best_moves.items():
                     if gpus is not None:
                         problem.assign(st, j, gpus)
-                current = problem.value(st)
                 improved = True
         if pair is not None and _rematch(problem, st, rng):
             improved = True
