@@ -215,3 +215,26 @@ def test_exact_budget_is_reported(small_model: InterferenceModel) -> None:
     st = exact_module.exact(problem, node_budget=50)
     assert problem.info["exact"] is False and problem.info["nodes"] == 51
     assert all(st.where[i] is not None for i in problem.new_instances())
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_many_forbidden_pairs_stay_feasible(seed: int) -> None:
+    # Lucid's measured pairs cover few combinations; unmeasured ones are forbidden, which
+    # strands jobs: the re-matching step must then never overfill a GPU.
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    types = [f"t{k}" for k in range(8)]
+    speed = {(a, b): float(rng.uniform(0.3, 1.0)) for a in types for b in types}
+    forbidden = frozenset(
+        frozenset((a, b)) for i, a in enumerate(types) for b in types[i:]
+        if rng.random() < 0.6
+    )
+    truth = MeasuredSpeeds(speed, forbidden)
+    jobs = [Job(f"j{k}", types[int(rng.integers(8))]) for k in range(16)]
+    topo = builtin("dgx-a100")
+    best = place(topo, truth, jobs, policy="exact")
+    for name in ("local-search", "greedy"):
+        p = place(topo, truth, jobs, policy=name, seed=seed)
+        assert len(p.pending) >= len(best.pending)
+    assert len(place(topo, truth, jobs, policy="local-search").pending) == len(best.pending)

@@ -123,7 +123,7 @@ def _rematch(problem: Problem, st: State, rng: np.random.Generator) -> bool:
         placed_now = sum(1 for k in insts if st.where[k] is not None)
         if sum(len(u) for u in units) < placed_now:
             continue
-        moves: dict[int, tuple[int, ...] | None] = {}
+        moves: dict[int, tuple[int, ...] | None] = {k: None for k in insts}
         for g, unit in zip(gpus, units, strict=False):
             for k in unit:
                 moves[k] = (g,)
@@ -134,8 +134,8 @@ def _rematch(problem: Problem, st: State, rng: np.random.Generator) -> bool:
                 if st.where[k] is not None:
                     problem.unassign(st, k)
             for k, where in moves.items():
-                assert where is not None
-                problem.assign(st, k, where)
+                if where is not None:
+                    problem.assign(st, k, where)
             improved = True
     return improved
 
