@@ -39,11 +39,9 @@ def _run(args: argparse.Namespace) -> int:
     state = read_state(args.state) if args.state is not None else None
     model = InterferenceModel.load(args.model)
     policy: object = args.policy
-    if args.policy == "rl":
+    if args.policy_file is not None:  # --policy rl with a trained file; without: the default
         from interplace.placement.rl import load_policy
 
-        if args.policy_file is None:
-            raise InputError("--policy rl needs --policy-file (from interplace train-policy)")
         policy = load_policy(args.policy_file)
     try:
         placement = place(
@@ -138,7 +136,11 @@ def register(sub: Subparsers) -> None:
         "--policy", default="local-search", metavar="NAME",
         help="exact, greedy, local-search (default), rl, random, pack, spread, lucid, gandiva",
     )
-    p.add_argument("--policy-file", metavar="P", help="trained policy for --policy rl")
+    p.add_argument(
+        "--policy-file", metavar="P",
+        help="policy directory from interplace train-policy, for --policy rl (default: the "
+        "packaged policy)",
+    )
     p.add_argument(
         "--objective", default="sum", metavar="NAME",
         help="sum (default), max-min or risk-averse",

@@ -74,6 +74,9 @@ from interplace.placement import (
     random as _random,
 )
 from interplace.placement import (
+    rl as _rl,
+)
+from interplace.placement import (
     spread as _spread,
 )
 from interplace.placement._comm import comm_factor, comm_time
@@ -100,6 +103,7 @@ POLICIES.update(
         "spread": _spread.spread,
         "lucid": _lucid.lucid,
         "gandiva": _gandiva.gandiva,
+        "rl": _rl.default_policy,
     }
 )
 
