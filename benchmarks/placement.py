@@ -37,15 +37,27 @@ import pandas as pd
 
 from interplace.datasets import CoLocationData, load_gavel, load_lucid
 from interplace.model import InterferenceModel, fit, holdout_split
-from interplace.placement import POLICIES, Job, MeasuredSpeeds, place, score
+from interplace.placement import (
+    POLICIES,
+    Job,
+    MeasuredOverModel,
+    MeasuredSpeeds,
+    place,
+    score,
+)
 from interplace.topology import builtin
 
 POLICY_ORDER = ["exact", "local-search", "greedy", "rl", "gandiva", "spread", "random", "pack",
                 "lucid"]
 
 
+MEASURED = ["exact+measured", "local-search+measured"]
+"""The same policies with the scheduler's own measurements (the fit's training pairs) taking
+precedence over the model's predictions of those pairs (:class:`MeasuredOverModel`)."""
+
+
 def _policies() -> list[str]:
-    return [p for p in POLICY_ORDER if p in POLICIES]
+    return [p for p in POLICY_ORDER if p in POLICIES] + MEASURED
 
 
 def quality(
@@ -66,6 +78,7 @@ def quality(
         t0 = time.perf_counter()
         model = fit(train, seed=seed)
         fit_s = time.perf_counter() - t0
+        with_measured = MeasuredOverModel(model, train.pairs())
         rng = np.random.default_rng(1000 + seed)
         for n in sizes:
             for m in range(mixes):
@@ -73,8 +86,9 @@ def quality(
                 jobs = [Job(f"j{k}", t) for k, t in enumerate(mix)]
                 opt = place(topo, truth, jobs, policy="exact")
                 for name in _policies():
-                    p = place(topo, model, jobs, policy=name, can_share=truth.can_share,
-                              seed=seed)
+                    source = with_measured if name in MEASURED else model
+                    p = place(topo, source, jobs, policy=name.split("+")[0],
+                              can_share=truth.can_share, seed=seed)
                     measured = score(topo, truth, p)
                     ratio = measured.objective / opt.objective
                     per_policy[name].append(ratio)

@@ -110,3 +110,17 @@ def test_cli(tmp_path: Path, small_model: InterferenceModel,
     code = main(["train-policy", "--model", str(model_dir), "--topology", "pcie-8gpu",
                  "--out", str(tmp_path / "q"), "--min-jobs", "9", "--jobs-per-episode", "3"])
     assert code == 2 and "--min-jobs 9 is above" in capsys.readouterr().err
+
+
+def test_model_free_variant_round_trip(tmp_path: Path, toy: MeasuredSpeeds) -> None:
+    topo = builtin("pcie-8gpu")
+    policy = train_policy(toy, topo, episodes=4, rollouts=2, num_samples=1, seed=1,
+                          features="types", can_share=toy.can_share)
+    again = load_policy(save_policy(policy, tmp_path / "mf"))
+    jobs = [Job(f"j{k}", t) for k, t in enumerate(["hog", "mid", "light", "x"] * 3)]
+    assert place(topo, toy, jobs, policy=policy).assignment() == place(
+        topo, toy, jobs, policy=again).assignment()
+    with pytest.raises(InputError, match="trained without job type"):
+        place(topo, MeasuredSpeeds({("zz", "zz"): 0.5}), [Job("a", "zz")], policy=again)
+    with pytest.raises(InputError, match="features must be"):
+        train_policy(toy, topo, episodes=1, features="ids")

@@ -82,7 +82,7 @@ from interplace.placement import (
 from interplace.placement._comm import comm_factor, comm_time
 from interplace.placement._place import POLICIES, Policy, place, resolve_policy, score
 from interplace.placement._problem import RISK_QUANTILE, Problem, SpeedCache, State
-from interplace.placement._sources import MeasuredSpeeds, SpeedSource
+from interplace.placement._sources import MeasuredOverModel, MeasuredSpeeds, SpeedSource
 from interplace.placement._types import (
     DEFAULT_COMM_SHARE,
     OBJECTIVES,
@@ -115,6 +115,7 @@ __all__ = [
     "ClusterState",
     "Job",
     "JobPlacement",
+    "MeasuredOverModel",
     "MeasuredSpeeds",
     "Placement",
     "Policy",

@@ -146,6 +146,49 @@ def _job_summaries(problem: Problem) -> np.ndarray:
     return out
 
 
+TYPE_FEATURES = ("gpu_load", "domain_load", "machine_load", "comm_factor", "gang_size")
+"""The load features of the model-free variant (``features="types"``), which adds a one-hot
+of the job's type and the counts of each type on the candidate GPUs: it sees no prediction, so
+it must learn every pair's effect from rewards (the benchmark's model-free baseline)."""
+
+
+class _TypeFeaturizer:
+    """Model-free features: job type one-hot, occupant type counts, loads (no predictions)."""
+
+    def __init__(self, problem: Problem, types: Sequence[str]) -> None:
+        self.problem = problem
+        index = {t: k for k, t in enumerate(types)}
+        missing = sorted(set(problem.types[t] for t in problem.inst_type) - set(index))
+        if missing:
+            raise InputError(f"the policy was trained without job type(s) {', '.join(missing)}")
+        self.code = [index.get(t, -1) for t in problem.types]
+        self.n = len(types)
+
+    def __call__(
+        self, st: State, i: int, candidates: Sequence[tuple[int, ...]]
+    ) -> torch.Tensor:
+        p = self.problem
+        cap = p.max_per_gpu
+        rows = []
+        for c in candidates:
+            x = np.zeros(2 * self.n + len(TYPE_FEATURES))
+            x[self.code[p.inst_type[i]]] = 1.0
+            for g in c:
+                for k in st.occ[g]:
+                    x[self.n + self.code[p.inst_type[k]]] += 1.0 / len(c)
+            nbr = [h for g in c for h, _ in p.nbrs[g]]
+            machine = p.machines[p.machine_of[c[0]]]
+            x[2 * self.n:] = [
+                sum(len(st.occ[g]) for g in c) / (cap * len(c)),
+                sum(len(st.occ[h]) for h in nbr) / (cap * len(nbr)) if nbr else 0.0,
+                sum(len(st.occ[g]) for g in machine) / (cap * len(machine)),
+                p.comm_factor(i, c),
+                math.log2(len(c)),
+            ]
+            rows.append(x)
+        return torch.as_tensor(np.asarray(rows, dtype=np.float32))
+
+
 class _Featurizer:
     """Computes :data:`FEATURES` for every candidate of a job in a state."""
 
@@ -195,6 +238,13 @@ class RLPolicy:
     net: _Net
     hidden: int
     info: dict[str, Any]
+    types: tuple[str, ...] | None = None
+
+    def featurizer(self, problem: Problem) -> Callable[..., torch.Tensor]:
+        """The features this policy was trained on, for ``problem``."""
+        if self.types is None:
+            return _Featurizer(problem)
+        return _TypeFeaturizer(problem, self.types)
 
     @property
     def __name__(self) -> str:  # place() names the policy after the function it is given
@@ -203,14 +253,14 @@ class RLPolicy:
     def __call__(self, problem: Problem, *, seed: int = 0) -> State:
         """Place the new jobs greedily by the policy's scores (deterministic)."""
         del seed
-        st, _ = _rollout(self.net, problem, _Featurizer(problem), sample=None)
+        st, _ = _rollout(self.net, problem, self.featurizer(problem), sample=None)
         return st
 
 
 def _rollout(
     net: _Net,
     problem: Problem,
-    feats: _Featurizer,
+    feats: Callable[..., torch.Tensor],
     sample: torch.Generator | None,
 ) -> tuple[State, torch.Tensor]:
     """Place every new job with the policy: argmax (``sample`` None) or sampled actions.
@@ -264,6 +314,7 @@ def train_policy(
     seed: int = 0,
     types: Sequence[str] | None = None,
     can_share: Callable[[str, str], bool] | None = None,
+    features: str = "model",
     progress: bool = False,
     callback: Callable[[int, RLPolicy], None] | None = None,
 ) -> RLPolicy:
@@ -274,8 +325,11 @@ def train_policy(
     are drawn from ``model`` (a fitted model: ``num_samples`` common posterior draws; a
     :class:`~interplace.placement.MeasuredSpeeds`: the measured speeds, one reward per
     rollout: the model-free baseline). ``callback(episode, policy)`` is called after each
-    episode (for learning curves).
+    episode (for learning curves). ``features="types"`` trains the model-free variant
+    (:data:`TYPE_FEATURES`), which sees job types instead of predictions.
     """
+    if features not in ("model", "types"):
+        raise InputError(f"features must be 'model' or 'types', not {features!r}")
     for name, value, low in (("episodes", episodes, 1), ("rollouts", rollouts, 2),
                              ("hidden", hidden, 2), ("num_samples", num_samples, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -287,8 +341,10 @@ def train_policy(
     pool = list(types) if types is not None else list(model.jobs)
     if not pool:
         raise InputError("no job types to train on")
+    types = tuple(pool) if features == "types" else None
+    n_in = len(FEATURES) if types is None else 2 * len(types) + len(TYPE_FEATURES)
     torch.manual_seed(seed)  # the network's initial weights; training draws from gen below
-    net = _Net(len(FEATURES), hidden).to(torch.float32)
+    net = _Net(n_in, hidden).to(torch.float32)
     opt = torch.optim.Adam(net.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
@@ -309,7 +365,7 @@ def train_policy(
                 problem = Problem(topology, model, jobs, max_per_gpu=max_per_gpu,
                                   objective=objective, num_samples=num_samples, seed=seed,
                                   can_share=can_share, cache=cache)
-                feats = _Featurizer(problem)
+                feats = _Featurizer(problem) if types is None else _TypeFeaturizer(problem, types)
                 logps, rewards = [], []
                 for _ in range(rollouts):
                     st, logp = _rollout(net, problem, feats, sample=gen)
@@ -327,7 +383,7 @@ def train_policy(
                 bar.update(1)
                 bar.set_postfix(reward_per_job=f"{np.mean(history[-20:]):.3f}")
                 if callback is not None:
-                    callback(episode, _policy(net, hidden, {}))
+                    callback(episode, _policy(net, hidden, {}, types))
         finally:
             bar.close()
     info = {
@@ -342,15 +398,22 @@ def train_policy(
         "topology": topology.name,
         "reward_per_job_last20": float(np.mean(history[-20:])),
         "rewards_consumed": episodes * rollouts,
+        "features": features,
     }
-    return _policy(net, hidden, info)
+    return _policy(net, hidden, info, types)
 
 
-def _policy(net: _Net, hidden: int, info: dict[str, Any]) -> RLPolicy:
-    clone = _Net(len(FEATURES), hidden)
+def _n_inputs(types: Sequence[str] | None) -> int:
+    return len(FEATURES) if types is None else 2 * len(types) + len(TYPE_FEATURES)
+
+
+def _policy(
+    net: _Net, hidden: int, info: dict[str, Any], types: tuple[str, ...] | None = None
+) -> RLPolicy:
+    clone = _Net(_n_inputs(types), hidden)
     clone.load_state_dict(net.state_dict())
     clone.eval()
-    return RLPolicy(clone, hidden, info)
+    return RLPolicy(clone, hidden, info, types)
 
 
 def save_policy(policy: RLPolicy, directory: str | os.PathLike[str]) -> Path:
@@ -368,7 +431,8 @@ def save_policy(policy: RLPolicy, directory: str | os.PathLike[str]) -> Path:
     meta = {
         "format": _FORMAT,
         "format_version": _VERSION,
-        "features": list(FEATURES),
+        "features": list(FEATURES) if policy.types is None else list(TYPE_FEATURES),
+        "types": None if policy.types is None else list(policy.types),
         "hidden": policy.hidden,
         "info": policy.info,
     }
@@ -412,8 +476,15 @@ def load_policy(directory: str | os.PathLike[str]) -> RLPolicy:
     if meta.get("format_version") != _VERSION:
         raise InputError(f"{meta_path}: policy format version {meta.get('format_version')!r}; "
                          f"this interplace reads version {_VERSION}")
-    if meta.get("features") != list(FEATURES):
+    types = meta.get("types")
+    if types is not None and not (
+        isinstance(types, list) and types and all(isinstance(t, str) for t in types)
+    ):
+        raise InputError(f"{meta_path}: types must be a list of job type names")
+    expected = list(FEATURES) if types is None else list(TYPE_FEATURES)
+    if meta.get("features") != expected:
         raise InputError(f"{meta_path}: the policy was trained on other features")
+    type_tuple = None if types is None else tuple(types)
     hidden = meta.get("hidden")
     if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 2:
         raise InputError(f"{meta_path}: hidden must be an integer >= 2, not {hidden!r}")
@@ -421,7 +492,7 @@ def load_policy(directory: str | os.PathLike[str]) -> RLPolicy:
         tensors = load_file(str(weights))
     except (SafetensorError, OSError, ValueError) as exc:
         raise InputError(f"{weights}: not a readable safetensors file ({exc})") from None
-    net = _Net(len(FEATURES), hidden)
+    net = _Net(_n_inputs(type_tuple), hidden)
     try:
         net.load_state_dict(tensors)
     except RuntimeError as exc:
@@ -430,7 +501,7 @@ def load_policy(directory: str | os.PathLike[str]) -> RLPolicy:
         raise InputError(f"{weights}: weights hold non-finite values")
     net.eval()
     info = meta.get("info")
-    return RLPolicy(net, hidden, dict(info) if isinstance(info, dict) else {})
+    return RLPolicy(net, hidden, dict(info) if isinstance(info, dict) else {}, type_tuple)
 
 
 def default_policy(problem: Problem, *, seed: int = 0) -> State:
