@@ -94,3 +94,22 @@ def test_state_naming_missing_gpu(
                  str(jobs), "--state", str(state), "--out", str(tmp_path / "p.csv")])
     assert code == 2 and "GPU '42', which topology" in capsys.readouterr().err
     assert isinstance(InterferenceModel.load(model_dir), InterferenceModel)
+
+
+def test_measured_runs_take_precedence(
+    tmp_path: Path, model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from interplace.datasets import write_runs
+
+    data = synthetic(4, seed=2, samples_per_run=8)
+    runs_dir = tmp_path / "measured"
+    runs_dir.mkdir()
+    write_runs(data, runs_dir)
+    jobs = _jobs(tmp_path, "a,job0,1\nb,job1,1\n")
+    out = tmp_path / "p.csv"
+    code = main(["place", "--model", str(model_dir), "--topology", "pcie-8gpu", "--jobs",
+                 str(jobs), "--measured", str(runs_dir / "runs.csv"), "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    code = main(["place", "--model", str(model_dir), "--topology", "pcie-8gpu", "--jobs",
+                 str(jobs), "--measured", str(tmp_path / "nope.csv"), "--out", str(out)])
+    assert code == 2 and "no such file" in capsys.readouterr().err

@@ -238,3 +238,28 @@ def test_many_forbidden_pairs_stay_feasible(seed: int) -> None:
         p = place(topo, truth, jobs, policy=name, seed=seed)
         assert len(p.pending) >= len(best.pending)
     assert len(place(topo, truth, jobs, policy="local-search").pending) == len(best.pending)
+
+
+def test_measured_over_model(small_model: InterferenceModel) -> None:
+    from interplace.datasets import synthetic
+    from interplace.model import Query
+    from interplace.placement import MeasuredOverModel
+
+    pairs = synthetic(4, seed=2, samples_per_run=8).pairs()
+    both = MeasuredOverModel(small_model, pairs)
+    a, b = pairs["job"].iloc[0], pairs["co_runner"].iloc[0]
+    want = pairs.loc[(pairs["job"] == a) & (pairs["co_runner"] == b), "speed"].mean()
+    queries = [
+        Query(a, (b,)),
+        Query(a, (b, b)),  # two co-runners: the model's
+        Query(a, (b,), (("pcie_h2d",),)),  # across GPUs: the model's
+    ]
+    got = both.posterior_speed(queries, num_samples=64)
+    plain = small_model.posterior_speed(queries, num_samples=64)
+    assert got.mean[0] == pytest.approx(want)
+    assert got.mean[1:].tolist() == pytest.approx(plain.mean[1:].tolist())
+    assert both.jobs == small_model.jobs and both.info == small_model.info
+    p = place(builtin("pcie-8gpu"), both, [Job("1", a), Job("2", b)])
+    assert not p.pending
+    with pytest.raises(InputError, match="lack column"):
+        MeasuredOverModel(small_model, pairs.drop(columns=["speed"]))

@@ -20,7 +20,7 @@ _SHOWN = 20
 
 def _run(args: argparse.Namespace) -> int:
     from interplace.model import InterferenceModel
-    from interplace.placement import OBJECTIVES, POLICIES, place
+    from interplace.placement import OBJECTIVES, POLICIES, SpeedSource, place
     from interplace.placement.io import read_jobs, read_state, write_placement, write_table
     from interplace.topology import load
 
@@ -37,7 +37,13 @@ def _run(args: argparse.Namespace) -> int:
     topology = load(args.topology)
     jobs = read_jobs(args.jobs)
     state = read_state(args.state) if args.state is not None else None
-    model = InterferenceModel.load(args.model)
+    fitted = InterferenceModel.load(args.model)
+    model: SpeedSource = fitted
+    if args.measured is not None:
+        from interplace.cli._common import read_data
+        from interplace.placement import MeasuredOverModel
+
+        model = MeasuredOverModel(fitted, read_data(args.measured, None).pairs())
     policy: object = args.policy
     if args.policy_file is not None:  # --policy rl with a trained file; without: the default
         from interplace.placement.rl import load_policy
@@ -128,6 +134,11 @@ def register(sub: Subparsers) -> None:
     )
     p.add_argument("--jobs", required=True, metavar="JOBS", help="jobs table: .csv or .parquet")
     p.add_argument("--state", metavar="STATE", help="what already runs: .csv or .parquet")
+    p.add_argument(
+        "--measured", metavar="RUNS",
+        help="runs table of measured co-locations: a measured pair's prediction is centred on "
+        "its measurement (the model answers the rest)",
+    )
     p.add_argument(
         "--max-per-gpu", type=int_at_least(1), default=2, metavar="K",
         help="jobs per GPU at most (default: 2)",
