@@ -22,8 +22,6 @@ from interplace.model import (
     job_families,
 )
 
-from .conftest import SMALL_STEPS
-
 
 def _runs(jobs: list[str], model: list[object]) -> CoLocationData:
     runs = pd.DataFrame(
@@ -138,6 +136,7 @@ def _family_data(seed: int) -> tuple[CoLocationData, dict[str, str]]:
     return CoLocationData(frame, sample_frame, "families"), {j: j[0].upper() for j in jobs}
 
 
+@pytest.mark.slow  # two fits of 8 jobs at up to 600 steps: ~20 s on two cores
 def test_a_cold_job_borrows_its_family() -> None:
     data, _ = _family_data(0)
     # 600 steps: the families' levels are far apart, so a short fit tells them apart (on
@@ -157,10 +156,18 @@ def test_a_cold_job_borrows_its_family() -> None:
     assert with_family.info["family"] == "model"
 
 
-def test_families_round_trip_through_save_and_load(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def family_model() -> InterferenceModel:
+    """One short family fit for the save/load tests (fitted once; each test saves its own)."""
     data, fams = _family_data(1)
     fams = {j: f for j, f in fams.items() if j not in ("b2", "b3")}  # two jobs without one
-    model = fit(data, seed=0, steps=200, min_steps=200, family=fams)
+    return fit(data, seed=0, steps=200, min_steps=200, family=fams)
+
+
+def test_families_round_trip_through_save_and_load(
+    tmp_path: Path, family_model: InterferenceModel
+) -> None:
+    model = family_model
     # Jobs without a family keep the plain prior: only the two named families get effects.
     assert model.families == ("A",) * 4 + ("B", "B", None, None)
     assert tuple(model.posterior["family_effect"][0].shape) == (2, 16)
@@ -175,9 +182,8 @@ def test_families_round_trip_through_save_and_load(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def saved_family_model(tmp_path: Path) -> Path:
-    data, fams = _family_data(1)
-    return fit(data, seed=0, steps=200, min_steps=200, family=fams).save(tmp_path / "m")
+def saved_family_model(tmp_path: Path, family_model: InterferenceModel) -> Path:
+    return family_model.save(tmp_path / "m")
 
 
 def _rewrite(saved: Path, **changes: object) -> None:
@@ -263,16 +269,18 @@ def test_renaming_families_in_their_order_gives_the_same_fit_exactly(
 ) -> None:
     # Families are indexed by sorted name, so an order-keeping renaming keeps every index,
     # tensor and random number: the fits must agree bit for bit (as for job names).
+    # Bit equality holds at any number of steps; 100 keep it quick.
+    steps = 100
     jobs = sorted(small_data.runs["job"].astype(str).unique())
     first = {j: "A" if i < 2 else "B" for i, j in enumerate(jobs)}
     second = {j: "fam-a" if i < 2 else "fam-b" for i, j in enumerate(jobs)}
-    a = fit(small_data, seed=0, steps=SMALL_STEPS, min_steps=SMALL_STEPS, family=first)
-    b = fit(small_data, seed=0, steps=SMALL_STEPS, min_steps=SMALL_STEPS, family=second)
+    a = fit(small_data, seed=0, steps=steps, min_steps=steps, family=first)
+    b = fit(small_data, seed=0, steps=steps, min_steps=steps, family=second)
     assert set(a.posterior) == set(b.posterior)
     for name, (loc, scale) in a.posterior.items():
         assert torch.equal(b.posterior[name][0], loc), name
         assert torch.equal(b.posterior[name][1], scale), name
     # ... and the families did reach the fit: without them it differs.
-    plain = fit(small_data, seed=0, steps=SMALL_STEPS, min_steps=SMALL_STEPS)
+    plain = fit(small_data, seed=0, steps=steps, min_steps=steps)
     assert not torch.equal(plain.posterior["sens_eps"][0], a.posterior["sens_eps"][0])
     assert "family_effect" in a.posterior and "family_effect" not in plain.posterior

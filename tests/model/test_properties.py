@@ -1,5 +1,12 @@
 """Properties of the fitted interference model, on small fast fits.
 
+The fit-against-fit stability checks (relabelling and permuting jobs, dropped counter
+samples, duplicated runs, two fit seeds, prediction seeds, extreme inputs, two models in one
+process) are hypothesis properties over drawn synthetic data sets in
+``test_stability_properties.py``, which imports this module's yardstick :func:`_assert_agree`.
+What stays here: hypothesis over queries to one shared fit (monotone, order-free), the
+fixed extreme-input cases and fresh measurements of a pair (both ``slow``).
+
 Two kinds of error blur every comparison between fits, and each tolerance below names which
 one it covers:
 
@@ -27,7 +34,6 @@ import math
 
 import numpy as np
 import pandas as pd
-import pyro
 import pytest
 import torch
 from hypothesis import given, settings
@@ -35,8 +41,6 @@ from hypothesis import strategies as st
 
 from interplace.datasets import CoLocationData, synthetic
 from interplace.model import InterferenceModel, Query, SpeedPosterior, fit
-
-from .conftest import SMALL_STEPS
 
 # --------------------------------------------------------------------------- shared fits
 
@@ -101,47 +105,7 @@ def _assert_agree(a: SpeedPosterior, b: SpeedPosterior, what: str) -> None:
     )
 
 
-# ------------------------------------------------------------- 1. relabelling jobs
-
-
-def test_relabelling_that_keeps_the_order_gives_the_same_fit_exactly(
-    small_data: CoLocationData, small_model: InterferenceModel
-) -> None:
-    # Jobs are sorted by name inside fit, so a renaming that keeps their order keeps every
-    # index, every tensor and every random number: the fit must be identical bit for bit.
-    mapping = {j: f"w-{j}" for j in small_model.jobs}
-    other = fit(
-        _relabel_data(small_data, mapping), seed=0, steps=SMALL_STEPS, min_steps=SMALL_STEPS
-    )
-    assert other.jobs == tuple(mapping[j] for j in small_model.jobs)
-    for name, (loc, scale) in small_model.posterior.items():
-        assert torch.equal(other.posterior[name][0], loc), name
-        assert torch.equal(other.posterior[name][1], scale), name
-    queries = _queries(small_model.jobs)
-    a = small_model.posterior_speed(queries, num_samples=200, seed=1)
-    b = other.posterior_speed(_relabel_queries(queries, mapping), num_samples=200, seed=1)
-    assert torch.equal(a.speed, b.speed)
-    assert torch.equal(a.measured, b.measured)
-
-
-def test_relabelling_that_reverses_the_order_permutes_predictions(
-    five_data: CoLocationData, five: InterferenceModel
-) -> None:
-    # Reversed names reverse the internal job order, so job i's latents see the gradient
-    # noise job J-1-i saw before: the fit differs by optimisation noise only (exactly as a
-    # different seed would), hence the tolerance of _assert_agree.
-    n = len(five.jobs)
-    mapping = {j: f"x{n - i}" for i, j in enumerate(five.jobs)}
-    other = _fit(_relabel_data(five_data, mapping))
-    assert other.jobs == tuple(sorted(mapping.values()))
-    assert [mapping[j] for j in five.jobs] == list(reversed(other.jobs))
-    queries = _queries(five.jobs)
-    a = five.posterior_speed(queries, num_samples=S, seed=0)
-    b = other.posterior_speed(_relabel_queries(queries, mapping), num_samples=S, seed=0)
-    _assert_agree(a, b, "reversed relabelling")
-
-
-# ------------------------------------------------------- 2. adding a co-runner (monotone)
+# ------------------------------------------------------- 1. adding a co-runner (monotone)
 
 
 def _shares(draw: st.DrawFn, resources: tuple[str, ...], n: int) -> list[tuple[str, ...]]:
@@ -229,38 +193,10 @@ def test_sharing_nothing_is_running_alone(small_model: InterferenceModel) -> Non
     torch.testing.assert_close(p.speed[:, 2], p.speed[:, 0], rtol=0, atol=1e-12)
 
 
-# --------------------------------------------------- 3. dropping 20% of counter samples
+# ------------------------------------------------------------ 2. more data for a pair
 
 
-def test_dropping_a_fifth_of_the_counter_samples_moves_demands_less_than_their_sd(
-    five_data: CoLocationData, five: InterferenceModel
-) -> None:
-    samples = five_data.samples
-    assert samples is not None
-    keep = np.random.default_rng(0).random(len(samples)) >= 0.2
-    fewer = CoLocationData(five_data.runs, samples.loc[keep].reset_index(drop=True), "fewer")
-    other = _fit(fewer)
-    # Posterior mean and sd of every log demand from S joint draws (MC error of each mean:
-    # sd / sqrt(4000) = 0.016 sd, negligible below).
-    full = five.draws(S, seed=0)["log_demand"]
-    part = other.draws(S, seed=0)["log_demand"]
-    sd = full.std(0)
-    z = ((part.mean(0) - full.mean(0)) / sd).abs()
-    # Were the posterior a Gaussian mean of n counter samples, dropping a fraction f = 0.2 of
-    # them would move it by N(0, f / (1 - f)) = N(0, 0.5^2) of its sd: a single demand moves
-    # by more than 1 sd with probability 4.6%, so "each of 25 moves by less than 1 sd" would
-    # fail about 70% of the time by statistics alone. What must hold is the typical move:
-    # RMS of z <= 1 (statistics give 0.5, leaving room for the optimisation error of the
-    # module docstring), and no single demand beyond 3 sd (with RMS 1 and 25 demands,
-    # Bonferroni 25 x P(|N(0,1)| > 3) = 0.07).
-    rms = float(z.pow(2).mean().sqrt())
-    assert rms <= 1.0, f"RMS shift {rms:.3f} posterior sd; shifts:\n{z.numpy().round(2)}"
-    assert float(z.max()) <= 3.0, f"a demand moved by {float(z.max()):.2f} posterior sd"
-
-
-# ------------------------------------------------------------ 4. more data for a pair
-
-
+@pytest.mark.slow  # one 800-step fit of 5 jobs beside the shared one: ~10 s on two cores
 def test_more_runs_of_a_pair_do_not_widen_its_interval(
     five_data: CoLocationData, five: InterferenceModel
 ) -> None:
@@ -298,35 +234,7 @@ def test_more_runs_of_a_pair_do_not_widen_its_interval(
         assert (ratio <= 1.2).all(), f"{kind} 90% widths {w0} -> {w1} (ratio {ratio})"
 
 
-# ------------------------------------------------------------------------ 5. two seeds
-
-
-def test_two_seeds_agree_within_the_optimisation_error(
-    five_data: CoLocationData, five: InterferenceModel
-) -> None:
-    other = _fit(five_data, seed=1)
-    assert not torch.equal(other.posterior["sens_eps"][0], five.posterior["sens_eps"][0])
-    queries = _queries(five.jobs)
-    a = five.posterior_speed(queries, num_samples=S, seed=0)
-    b = other.posterior_speed(queries, num_samples=S, seed=0)
-    _assert_agree(a, b, "seeds 0 and 1")
-
-
-def test_same_seed_same_model_other_prediction_seed_within_mc_error(
-    five: InterferenceModel,
-) -> None:
-    # One posterior, two prediction seeds: only prediction MC error separates the means.
-    # Their difference has sd sd_q * sqrt(2 / S); over 100 queries the largest |z| exceeds
-    # 4 with probability 100 x P(|N(0,1)| > 4) = 0.6%.
-    queries = _queries(five.jobs)
-    a = five.posterior_speed(queries, num_samples=S, seed=0)
-    b = five.posterior_speed(queries, num_samples=S, seed=1)
-    se = np.sqrt((a.sd**2 + b.sd**2) / S)
-    z = np.abs(a.mean - b.mean) / se
-    assert float(z.max()) <= 4.0, float(z.max())
-
-
-# ------------------------------------------------------------- 6. extreme valid inputs
+# ------------------------------------------------------------- 3. extreme valid inputs
 
 _METRICS = {
     "gpu_util_pct": 100.0,
@@ -399,6 +307,8 @@ _EXTREME = {
 }
 
 
+@pytest.mark.slow  # 14 fits of 200 steps (~40 s); drawn extreme data runs by default in
+# test_stability_properties.py
 @pytest.mark.parametrize("case", sorted(_EXTREME))
 def test_extreme_valid_inputs_fit_to_finite_predictions(case: str) -> None:
     data = _EXTREME[case]()
@@ -426,39 +336,7 @@ def test_all_zero_perf_counters_are_dropped_and_the_fit_goes_on() -> None:
     # ``instructions`` has no fixed full scale; the largest per-run mean stands in, which is
     # 0 when every sample is 0: such a metric carries no scale and is left out.
     data = _data(_all_pairs(_JOBS, 0.5), 0.0, metrics={"instructions": 1.0})
-    model = fit(data, seed=0, steps=200, min_steps=200)
+    model = fit(data, seed=0, steps=100, min_steps=100)  # the metric is dropped before any step
     assert "instructions" not in model.metrics
     p = model.posterior_speed(_queries(model.jobs), num_samples=50)
     assert torch.isfinite(p.speed).all()
-
-
-# ----------------------------------------------------- 7. independent models, no globals
-
-
-def test_two_models_in_one_process_stay_independent(
-    small_data: CoLocationData, small_model: InterferenceModel
-) -> None:
-    store = pyro.get_param_store()
-    keys_before = sorted(store.keys())
-    settings_before = pyro.settings.get("module_local_params")
-    snapshot = {k: (v[0].clone(), v[1].clone()) for k, v in small_model.posterior.items()}
-    torch.manual_seed(1234)
-    rng_before = torch.get_rng_state()
-
-    a = fit(small_data, seed=0, steps=SMALL_STEPS, min_steps=SMALL_STEPS)
-    b = fit(synthetic(3, seed=9, samples_per_run=4), seed=0, steps=200, min_steps=200)
-    b.posterior_speed([Query(b.jobs[0], (b.jobs[1],))], num_samples=20)
-
-    # Neither fitting nor predicting touched torch's global RNG, Pyro's global parameter
-    # store or Pyro's settings.
-    assert torch.equal(torch.get_rng_state(), rng_before)
-    assert sorted(store.keys()) == keys_before == []
-    assert pyro.settings.get("module_local_params") == settings_before
-    # The earlier model is untouched by the later fits...
-    for name, (loc, scale) in small_model.posterior.items():
-        assert torch.equal(loc, snapshot[name][0]) and torch.equal(scale, snapshot[name][1])
-    # ...and a refit after other fits, under another global seed, is the same model.
-    for name, (loc, scale) in small_model.posterior.items():
-        assert torch.equal(a.posterior[name][0], loc), name
-        assert torch.equal(a.posterior[name][1], scale), name
-    assert a.jobs != b.jobs

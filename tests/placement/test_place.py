@@ -21,7 +21,7 @@ from interplace.placement import (
 from interplace.placement._problem import cross_gpu_evidence
 from interplace.topology import builtin
 
-POLICY_NAMES = [p for p in POLICIES if p != "rl"]
+POLICY_NAMES = list(POLICIES)
 
 
 def _jobs(types: list[str], prefix: str = "j") -> list[Job]:

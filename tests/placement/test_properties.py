@@ -33,7 +33,7 @@ SETTINGS = settings(
 )
 TOPOLOGIES = ["pcie-8gpu", "dgx-a100", "p4d"]
 TYPES = ["a", "b", "c"]
-NAMES = [p for p in POLICIES if p not in ("rl", "lucid")]
+NAMES = [p for p in POLICIES if p != "lucid"]
 
 
 @st.composite

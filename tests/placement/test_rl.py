@@ -59,7 +59,7 @@ def test_round_trip_and_feasibility(
     path = save_policy(trained, tmp_path / "pol")  # type: ignore[arg-type]
     again = load_policy(path)
     topo = builtin("dgx-a100*2")
-    jobs = _mix(small_model, 20, 4) + [Job("gang", small_model.jobs[0], gpus=4)]
+    jobs = [*_mix(small_model, 20, 4), Job("gang", small_model.jobs[0], gpus=4)]
     a = place(topo, small_model, jobs, policy=trained)  # type: ignore[arg-type]
     b = place(topo, small_model, jobs, policy=again)
     assert a.assignment() == b.assignment() and a.policy == "rl"

@@ -30,6 +30,9 @@ COMMANDS: tuple[str, ...] = (
     "fit",
     "predict",
     "evaluate",
+    "place",
+    "train_policy",
+    "stability",
     "demo",
 )
 """The command modules of :mod:`interplace.cli`, in the order ``--help`` lists them."""

@@ -170,6 +170,13 @@ from interplace.model._evaluate import (
 from interplace.model._fit import fit
 from interplace.model._fitted import FORMAT_VERSION, InterferenceModel, Query, SpeedPosterior
 from interplace.model._net import Hyper
+from interplace.model._stability import (
+    PERTURBATIONS,
+    JobStability,
+    Replicate,
+    StabilityReport,
+    stability,
+)
 from interplace.model._topo import DOMAIN_RESOURCES, shared_resources
 
 __all__ = [
@@ -178,10 +185,14 @@ __all__ = [
     "FORMAT_VERSION",
     "METRIC_FULL_SCALE",
     "METRIC_RESOURCE",
+    "PERTURBATIONS",
     "Hyper",
     "InterferenceModel",
+    "JobStability",
     "Query",
+    "Replicate",
     "SpeedPosterior",
+    "StabilityReport",
     "baselines",
     "best_baseline",
     "cold_split",
@@ -195,4 +206,5 @@ __all__ = [
     "score",
     "shared_resources",
     "solo_gpu_util",
+    "stability",
 ]
