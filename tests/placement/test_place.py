@@ -263,3 +263,15 @@ def test_measured_over_model(small_model: InterferenceModel) -> None:
     assert not p.pending
     with pytest.raises(InputError, match="lack column"):
         MeasuredOverModel(small_model, pairs.drop(columns=["speed"]))
+
+
+def test_min_gain_keeps_a_job_waiting_rather_than_sharing_badly(toy: MeasuredSpeeds) -> None:
+    topo = builtin("pcie-8gpu")
+    busy = ClusterState(tuple(Running(Job(f"r{g}", "hog"), (str(g),)) for g in range(8)))
+    # hog next to hog: 0.40 + 0.40 < 1, so starting it lowers the total; light: 0.90 + 0.55 > 1.
+    for name in ("greedy", "local-search"):
+        p = place(topo, toy, [Job("h", "hog"), Job("l", "light")], busy, policy=name,
+                  min_gain=0.0)
+        assert [j.job_id for j in p.pending] == ["h"] and "l" in p.assignment(), name
+        q = place(topo, toy, [Job("h", "hog"), Job("l", "light")], busy, policy=name)
+        assert not q.pending, name

@@ -56,6 +56,7 @@ def place(
     can_share: Callable[[str, str], bool] | None = None,
     cross_gpu: bool | None = None,
     cache: SpeedCache | None = None,
+    min_gain: float | None = None,
 ) -> Placement:
     """Place ``jobs`` on ``topology`` next to what ``state`` runs, maximising ``objective``.
 
@@ -69,7 +70,10 @@ def place(
     or socket; the default (None) does so when the model has evidence of it
     (:func:`~interplace.placement._problem.cross_gpu_evidence`), and ``info["cross_gpu"]``
     says which was used. ``cache`` (a :class:`SpeedCache` of this model, seed and
-    ``num_samples``) keeps answered queries across calls.
+    ``num_samples``) keeps answered queries across calls. ``min_gain`` (``greedy``,
+    ``local-search``): a job is placed only where it raises the objective by more than this,
+    else it waits in ``pending`` (0: share a GPU only when that raises the total predicted
+    speed; with an idle queue, waiting for a free GPU beats a co-location that slows both).
 
     >>> from interplace.placement import MeasuredSpeeds
     >>> from interplace.topology import builtin
@@ -83,7 +87,7 @@ def place(
     name, fn = resolve_policy(policy)
     with one_thread():
         return _place(topology, model, jobs, state, name, fn, max_per_gpu, objective, seed,
-                      num_samples, can_share, cross_gpu, cache, start)
+                      num_samples, can_share, cross_gpu, cache, min_gain, start)
 
 
 @contextlib.contextmanager
@@ -112,6 +116,7 @@ def _place(
     can_share: Callable[[str, str], bool] | None,
     cross_gpu: bool | None,
     cache: SpeedCache | None,
+    min_gain: float | None,
     start: float,
 ) -> Placement:
     extended = with_counters(model, jobs, state)
@@ -129,6 +134,7 @@ def _place(
         can_share=can_share,
         cross_gpu=cross_gpu,
         cache=cache,
+        min_gain=min_gain,
     )
     st = fn(problem, seed=seed)
     check_state(problem, st)

@@ -156,6 +156,7 @@ class Problem:
         can_share: Callable[[str, str], bool] | None = None,
         cross_gpu: bool | None = None,
         cache: SpeedCache | None = None,
+        min_gain: float | None = None,
     ) -> None:
         if isinstance(max_per_gpu, bool) or not isinstance(max_per_gpu, int) or max_per_gpu < 1:
             raise InputError(f"max_per_gpu must be an integer >= 1, not {max_per_gpu!r}")
@@ -167,6 +168,11 @@ class Problem:
             raise InputError(f"num_samples must be an integer >= 1, not {num_samples!r}")
         self.topology = topology
         self.source = source
+        if min_gain is not None and not (
+            isinstance(min_gain, int | float) and math.isfinite(min_gain)
+        ):
+            raise InputError(f"min_gain must be a finite number or None, not {min_gain!r}")
+        self.min_gain = None if min_gain is None else float(min_gain)
         self.max_per_gpu = max_per_gpu
         self.objective = objective
         self.num_samples = num_samples

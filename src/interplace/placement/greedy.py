@@ -37,7 +37,7 @@ def greedy(problem: Problem, *, seed: int = 0) -> State:
         for gpus, gain in zip(options, gains, strict=True):
             if gain > best_gain + 1e-12:
                 best, best_gain = gpus, gain
-        if best is not None:
+        if best is not None and (problem.min_gain is None or best_gain > problem.min_gain):
             problem.assign(st, i, best)
         times.append(time.perf_counter() - start)
     problem.info["job_seconds"] = times
@@ -78,6 +78,8 @@ def repair(problem: Problem, st: State) -> None:
                     gain = problem.move_gain(st, moves)
                     if gain > best_gain:
                         best, best_gain = moves, gain
+        if best is not None and problem.min_gain is not None and best_gain <= problem.min_gain:
+            best = None  # placing it would not pay: it waits
         if best is not None:
             for k in best:
                 if st.where[k] is not None:

@@ -57,7 +57,7 @@ def improve(problem: Problem, st: State, *, seed: int = 0, max_passes: int = MAX
             i = new[int(k)]
             where = st.where[i]
             best_moves: dict[int, tuple[int, ...] | None] | None = None
-            best_gain = 0.0
+            best_gain = 0.0 if where is not None or problem.min_gain is None else problem.min_gain
             options: list[dict[int, tuple[int, ...] | None]] = []
             if where is None:
                 options += [{i: gpus} for gpus in problem.candidates(st, i)]
@@ -112,7 +112,7 @@ def _rematch(problem: Problem, st: State, rng: np.random.Generator) -> bool:
         gpus = sorted(order[w : w + WINDOW])
         pending = [
             i for i in problem.new_instances()
-            if st.where[i] is None and problem.jobs[i].gpus == 1
+            if st.where[i] is None and problem.jobs[i].gpus == 1 and problem.min_gain is None
         ]
         here = [k for g in gpus for k in st.occ[g]]
         room = problem.max_per_gpu * len(gpus) - len(here)
