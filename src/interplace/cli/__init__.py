@@ -32,6 +32,7 @@ COMMANDS: tuple[str, ...] = (
     "evaluate",
     "place",
     "train_policy",
+    "simulate",
     "stability",
     "demo",
 )

@@ -152,12 +152,14 @@ def score(
     max_per_gpu: int | None = None,
     seed: int = 0,
     num_samples: int = 128,
+    cache: SpeedCache | None = None,
 ) -> Placement:
     """Score any placement (one made by a scheduler, or by :func:`place`) with ``model``.
 
     ``placement`` is a :class:`Placement` (its running jobs stay running) or a mapping of
     :class:`Job` to GPU ids; ``state`` adds jobs already running. ``max_per_gpu`` (default:
     no limit) is checked when given. Returns the placement with every job's predicted speed.
+    ``cache``: as for :func:`place`.
 
     >>> from interplace.placement import MeasuredSpeeds
     >>> from interplace.topology import builtin
@@ -191,6 +193,7 @@ def score(
         for g in gpus:
             occupancy[g] = occupancy.get(g, 0) + 1
     limit = max(occupancy.values(), default=1) if max_per_gpu is None else max_per_gpu
+    source = model
     model = with_counters(model, [j for j, _ in new] + pending, ClusterState(tuple(running)))
     problem = Problem(
         topology,
@@ -202,6 +205,7 @@ def score(
         num_samples=num_samples,
         seed=seed,
         can_share=lambda a, b: True,
+        cache=None if model is not source else cache,
     )
     st = problem.empty_state()
     for k, (job, gpus) in enumerate(new):

@@ -153,7 +153,8 @@ def _pair_means(problem: Problem, instances: list[int]) -> dict[tuple[int, int],
     from interplace.placement._problem import _FULL, Key
 
     t = problem.inst_type
-    keys = {(t[a], ((t[b], _FULL),)) for a in instances for b in instances}
+    keys = {(t[a], ((t[b], _FULL),)) for a in instances for b in instances
+            if problem.can_pair(a, b)}
     missing: list[Key] = [k for k in keys if k not in problem.cache.memo]
     if missing:
         problem._answer(missing)
@@ -161,7 +162,7 @@ def _pair_means(problem: Problem, instances: list[int]) -> dict[tuple[int, int],
     return {
         (a, b): problem.mean(memo[(t[a], ((t[b], _FULL),))])
         + problem.mean(memo[(t[b], ((t[a], _FULL),))])
-        for a in instances for b in instances if a != b
+        for a in instances for b in instances if a != b and problem.can_pair(a, b)
     }
 
 

@@ -198,8 +198,10 @@ class _PairTable:
             return None
         used = sorted({problem.inst_type[i] for i in range(len(problem.jobs))})
         n_types = len(problem.types)
-        keys = [(a, ((b, _FULL),)) for a in used for b in used] + [(a, ()) for a in used]
-        missing: list[Key] = [k for k in keys if k not in problem._memo]
+        ok = problem._share_ok
+        keys: list[Key] = [(a, ((b, _FULL),)) for a in used for b in used if ok(a, b)]
+        keys += [(a, ()) for a in used]
+        missing = [k for k in keys if k not in problem._memo]
         if missing:
             problem._answer(missing)
         speed = np.zeros((n_types + 1, n_types + 1))
@@ -208,8 +210,9 @@ class _PairTable:
             speed[a, n_types] = problem.mean(problem._memo[(a, ())])
             allowed[a, n_types] = allowed[n_types, a] = True
             for b in used:
-                speed[a, b] = problem.mean(problem._memo[(a, ((b, _FULL),))])
-                allowed[a, b] = problem._share_ok(a, b)
+                allowed[a, b] = ok(a, b)
+                if allowed[a, b]:
+                    speed[a, b] = problem.mean(problem._memo[(a, ((b, _FULL),))])
         allowed[n_types, n_types] = True
         return cls(speed, allowed)
 

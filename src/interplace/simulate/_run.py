@@ -1,0 +1,178 @@
+"""Running comparisons: workload + ground truth + the model the schedulers see, every policy
+on the same arrivals; sweeps over seeds and loads (local processes, or Ray when installed);
+plots."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from interplace.errors import InputError, atomic_write
+from interplace.simulate._policies import SIM_POLICIES, make_scheduler
+from interplace.simulate._sim import GroundTruth, SimResult, ground_truth, simulate
+from interplace.simulate._workload import (
+    SimJob,
+    assign_types,
+    from_trace,
+    packaged_philly,
+    synthetic,
+)
+from interplace.topology import Topology
+
+__all__ = ["SimConfig", "compare", "plot_results", "run_workload", "sweep"]
+
+TRACE_FORMATS = ("philly", "openb", "venus")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One simulation setting: trace (``"philly"``: the packaged excerpt, ``"synthetic"``, or
+    a path with ``trace_format``), ground truth, topology spec, jobs, load, seed, policies."""
+
+    trace: str = "philly"
+    ground_truth: str = "gavel-v100"
+    topology: str = "dgx-a100*8"
+    n_jobs: int = 400
+    load: float = 1.0
+    seed: int = 0
+    policies: tuple[str, ...] = SIM_POLICIES
+    trace_format: str = "philly"
+    interval_s: float | None = None
+
+
+def run_workload(config: SimConfig, truth: GroundTruth, max_gpus: int) -> list[SimJob]:
+    """The typed jobs of ``config`` (its trace, first ``n_jobs``, load, seeded types)."""
+    if config.trace == "synthetic":
+        # Synthetic: the load multiplies a base rate of 60 jobs an hour.
+        jobs = synthetic(config.n_jobs, config.seed, rate_per_h=60.0 * config.load)
+    else:
+        if config.trace == "philly":
+            trace = packaged_philly()
+        else:
+            from interplace.datasets import load_alibaba_openb, load_philly, load_venus
+
+            loaders = {"philly": load_philly, "openb": load_alibaba_openb, "venus": load_venus}
+            if config.trace_format not in loaders:
+                raise InputError(f"unknown trace format {config.trace_format!r} "
+                                 f"(choose from {', '.join(TRACE_FORMATS)})")
+            trace = loaders[config.trace_format](config.trace)
+        jobs = from_trace(trace, config.n_jobs, load=config.load, max_gpus=max_gpus)
+    return assign_types(jobs, truth.types, config.seed, multi_gpu_types=truth.multi_gpu_types)
+
+
+def _model_for(truth_spec: str, seed: int) -> tuple[Any, Any]:
+    """The model the schedulers see (fitted on 70% of the co-located runs) and its fit pairs."""
+    from interplace.model import fit, holdout_split
+
+    if truth_spec.startswith("gavel-"):
+        from interplace.datasets import load_gavel
+
+        data = load_gavel(truth_spec.split("-", 1)[1]).data
+    else:
+        from interplace.datasets.runs import CoLocationData, read_runs
+
+        data = CoLocationData(read_runs(truth_spec), None, Path(truth_spec).stem)
+    train, _ = holdout_split(data, holdout_frac=0.3, seed=seed)
+    return fit(train, seed=seed), train.pairs()
+
+
+def compare(
+    config: SimConfig,
+    *,
+    model: Any = None,
+    measured: Any = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, SimResult]:
+    """Every policy of ``config`` on the same arrivals; ``model``: fit one if None."""
+    from interplace.topology import load
+
+    unknown = [p for p in config.policies if p not in SIM_POLICIES]
+    if unknown:
+        raise InputError(f"unknown policy {unknown[0]!r} (choose from {', '.join(SIM_POLICIES)})")
+    topology: Topology = load(config.topology)
+    truth = ground_truth(config.ground_truth)
+    machine = max(len([g for g in topology.gpus() if topology.gpu(g).machine == m])
+                  for m in topology.machines())
+    jobs = run_workload(config, truth, machine)
+    if model is None:
+        model, measured = _model_for(config.ground_truth, config.seed)
+    results = {}
+    for name in config.policies:
+        scheduler = make_scheduler(name, topology, model, truth, measured=measured,
+                                   seed=config.seed)
+        results[name] = simulate(jobs, topology, truth, scheduler, interval_s=config.interval_s)
+        if progress is not None:
+            progress(name)
+    return results
+
+
+def _one(config: SimConfig) -> dict[str, dict[str, float]]:
+    return {k: v.metrics() for k, v in compare(config).items()}
+
+
+def sweep(
+    configs: Sequence[SimConfig], *, workers: int | None = None, ray: bool = False
+) -> list[dict[str, dict[str, float]]]:
+    """Metrics of each config: through Ray (``ray=True``, needs ``interplace[ray]``) or local
+    processes. Each config is seeded on its own, so results are identical either way."""
+    if ray:
+        try:
+            import ray as ray_mod  # type: ignore[import-not-found]
+        except ImportError:
+            raise InputError('--ray needs Ray: pip install "interplace[ray]"') from None
+        if not ray_mod.is_initialized():
+            ray_mod.init(include_dashboard=False, log_to_driver=False)
+        task = ray_mod.remote(_one)
+        return list(ray_mod.get([task.remote(c) for c in configs]))
+    n = workers or min(len(configs), os.cpu_count() or 1)
+    if n <= 1:
+        return [_one(c) for c in configs]
+    import multiprocessing
+
+    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(_one, configs))
+
+
+def plot_results(results: dict[str, SimResult], directory: str | os.PathLike[str]) -> list[Path]:
+    """``jct_cdf.png`` (JCT CDF per policy) and ``timeline.png`` (queue length and GPU
+    utilisation over time per policy) into ``directory`` (created), written atomically."""
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    fig = Figure(figsize=(7, 4.5))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for name, r in results.items():
+        jct = np.sort(r.jct()) / 60.0
+        ax.plot(jct, np.arange(1, len(jct) + 1) / len(jct), label=name, lw=1.2)
+    ax.set_xscale("log")
+    ax.set_xlabel("job completion time (minutes, log scale)")
+    ax.set_ylabel("share of jobs")
+    ax.set_title("JCT CDF per policy")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths = [out / "jct_cdf.png", out / "timeline.png"]
+    with atomic_write(paths[0], "wb") as fh:
+        fig.savefig(fh, format="png", dpi=110)
+    fig = Figure(figsize=(7, 6))
+    FigureCanvasAgg(fig)
+    top, bottom = fig.add_subplot(2, 1, 1), fig.add_subplot(2, 1, 2)
+    for name, r in results.items():
+        t = np.asarray([e[0] for e in r.timeline]) / 60.0
+        top.step(t, [e[1] for e in r.timeline], where="post", label=name, lw=1)
+        bottom.step(t, [e[2] / r.n_gpus for e in r.timeline], where="post", label=name, lw=1)
+    top.set_ylabel("queued jobs")
+    bottom.set_ylabel("GPUs busy (share)")
+    bottom.set_xlabel("time (minutes)")
+    top.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    with atomic_write(paths[1], "wb") as fh:
+        fig.savefig(fh, format="png", dpi=110)
+    return paths
