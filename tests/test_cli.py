@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -120,8 +121,6 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, str, P
 
 
 def _demo_number(out: str, pattern: str) -> float:
-    import re
-
     match = re.search(pattern, out)
     assert match is not None, pattern
     return float(match.group(1))
@@ -167,7 +166,25 @@ def test_demo_scores_the_model_on_held_out_gavel_pairs(
         "dgx1-v100.png",
         "gavel-v100-heldout.png",
         "gavel-v100-predictions.csv",
+        "jct_cdf.png",
+        "timeline.png",
     ]
+
+
+def test_demo_places_and_simulates(demo_run: tuple[int, str, str, Path]) -> None:
+    _, out, _, out_dir = demo_run
+    assert "== Placement: 14 jobs on the 8 GPUs of a DGX A100" in out
+    ratios = {}
+    for name in ("exact", "local-search", "random", "local-search+measured"):
+        ratios[name] = _demo_number(out, rf"\n  {re.escape(name)} +\d+\.\d\d +\d+\.\d\d +"
+                                         r"(\d\.\d{3})")
+    # Shares of the measured optimum: at most 1 (the optimum is exact on the same speeds).
+    assert all(0 < r <= 1.0 + 1e-9 for r in ratios.values())
+    assert "== Simulation: the first 60 jobs" in out
+    jct = {name: _demo_number(out, rf"\n  {name} +(\d+)s") for name in
+           ("fifo-exclusive", "interplace", "oracle")}
+    assert all(v > 0 for v in jct.values())
+    assert (out_dir / "jct_cdf.png").stat().st_size > 10_000
 
 
 def test_demo_writes_a_prediction_for_every_ordered_job_pair(
