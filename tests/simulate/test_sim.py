@@ -143,3 +143,17 @@ def test_cli_errors(args: list[str], message: str, capsys: pytest.CaptureFixture
     code = main(["simulate", "--jobs", "4", *args])
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_ray_and_local_processes_agree() -> None:
+    pytest.importorskip("ray")
+    from interplace.simulate._run import SimConfig, sweep
+
+    configs = [SimConfig(trace="synthetic", topology="dgx-a100", n_jobs=8, load=4.0, seed=s,
+                         policies=("fifo-exclusive", "oracle")) for s in (0, 1)]
+    local = sweep(configs, workers=1)
+    remote = sweep(configs, ray=True)
+    for a, b in zip(local, remote, strict=True):
+        for name in a:
+            assert a[name]["avg_jct_s"] == b[name]["avg_jct_s"]

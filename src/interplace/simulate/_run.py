@@ -125,7 +125,10 @@ def sweep(
         except ImportError:
             raise InputError('--ray needs Ray: pip install "interplace[ray]"') from None
         if not ray_mod.is_initialized():
-            ray_mod.init(include_dashboard=False, log_to_driver=False)
+            import logging
+
+            ray_mod.init(include_dashboard=False, log_to_driver=False,
+                         logging_level=logging.WARNING)
         task = ray_mod.remote(_one)
         return list(ray_mod.get([task.remote(c) for c in configs]))
     n = workers or min(len(configs), os.cpu_count() or 1)
