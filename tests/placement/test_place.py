@@ -275,3 +275,15 @@ def test_min_gain_keeps_a_job_waiting_rather_than_sharing_badly(toy: MeasuredSpe
         assert [j.job_id for j in p.pending] == ["h"] and "l" in p.assignment(), name
         q = place(topo, toy, [Job("h", "hog"), Job("l", "light")], busy, policy=name)
         assert not q.pending, name
+
+
+def test_reserved_slots_count_against_capacity(toy: MeasuredSpeeds) -> None:
+    topo = builtin("pcie-8gpu")
+    reserved = {str(g): 2 for g in range(7)}  # seven GPUs full of jobs the model cannot see
+    for name in ("exact", "greedy", "local-search", "spread", "pack", "random"):
+        p = place(topo, toy, [Job("a", "hog"), Job("b", "mid"), Job("c", "light")],
+                  policy=name, reserved=reserved)
+        assert all(j.gpus == ("7",) for j in p.new_jobs()), name
+        assert len(p.pending) == 1, name
+    with pytest.raises(InputError, match="reserved slots on GPU '9'"):
+        place(topo, toy, [Job("a", "hog")], reserved={"9": 1})

@@ -57,6 +57,7 @@ def place(
     cross_gpu: bool | None = None,
     cache: SpeedCache | None = None,
     min_gain: float | None = None,
+    reserved: Mapping[str, int] | None = None,
 ) -> Placement:
     """Place ``jobs`` on ``topology`` next to what ``state`` runs, maximising ``objective``.
 
@@ -74,6 +75,8 @@ def place(
     ``local-search``): a job is placed only where it raises the objective by more than this,
     else it waits in ``pending`` (0: share a GPU only when that raises the total predicted
     speed; with an idle queue, waiting for a free GPU beats a co-location that slows both).
+    ``reserved`` maps GPU ids to slots taken by jobs the model cannot see (no job type): they
+    count against ``max_per_gpu`` and are not scored.
 
     >>> from interplace.placement import MeasuredSpeeds
     >>> from interplace.topology import builtin
@@ -87,7 +90,7 @@ def place(
     name, fn = resolve_policy(policy)
     with one_thread():
         return _place(topology, model, jobs, state, name, fn, max_per_gpu, objective, seed,
-                      num_samples, can_share, cross_gpu, cache, min_gain, start)
+                      num_samples, can_share, cross_gpu, cache, min_gain, reserved, start)
 
 
 @contextlib.contextmanager
@@ -117,6 +120,7 @@ def _place(
     cross_gpu: bool | None,
     cache: SpeedCache | None,
     min_gain: float | None,
+    reserved: Mapping[str, int] | None,
     start: float,
 ) -> Placement:
     extended = with_counters(model, jobs, state)
@@ -135,6 +139,7 @@ def _place(
         cross_gpu=cross_gpu,
         cache=cache,
         min_gain=min_gain,
+        reserved=reserved,
     )
     st = fn(problem, seed=seed)
     check_state(problem, st)
@@ -260,7 +265,7 @@ def with_counters(
 def check_state(problem: Problem, st: State) -> None:
     """Raise :class:`RuntimeError` if a policy broke a rule (a bug, not bad input)."""
     for g, occ in enumerate(st.occ):
-        if len(occ) > problem.max_per_gpu:
+        if len(occ) + problem.reserved[g] > problem.max_per_gpu:
             raise RuntimeError(f"policy put {len(occ)} jobs on GPU {problem.gpus[g]}")
         for a_pos, a in enumerate(occ):
             for b in occ[a_pos + 1 :]:

@@ -157,6 +157,7 @@ class Problem:
         cross_gpu: bool | None = None,
         cache: SpeedCache | None = None,
         min_gain: float | None = None,
+        reserved: Mapping[str, int] | None = None,
     ) -> None:
         if isinstance(max_per_gpu, bool) or not isinstance(max_per_gpu, int) or max_per_gpu < 1:
             raise InputError(f"max_per_gpu must be an integer >= 1, not {max_per_gpu!r}")
@@ -230,6 +231,16 @@ class Problem:
                 idx.append(self.gpu_index[g])
             self.fixed.append(tuple(idx))
         self.fixed += [None] * len(jobs)
+        # Slots taken by jobs the model cannot see (no job type): they count against
+        # max_per_gpu but are not scored.
+        self.reserved = [0] * len(self.gpus)
+        for g, n in (reserved or {}).items():
+            if g not in self.gpu_index:
+                raise InputError(f"reserved slots on GPU {g!r}, which topology {topology.name!r} "
+                                 "lacks")
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                raise InputError(f"reserved slots on GPU {g} must be an integer >= 0")
+            self.reserved[self.gpu_index[g]] = n
         self._share_ok = self._share_rule(can_share)
         self._machine_sigs: dict[str, tuple[object, ...]] = {}
         self.info: dict[str, object] = {}
@@ -329,7 +340,7 @@ class Problem:
     def can_host(self, st: State, i: int, g: int) -> bool:
         """Whether instance ``i`` may join GPU ``g``: a free slot and no forbidden pair."""
         occ = st.occ[g]
-        if len(occ) >= self.max_per_gpu or i in occ:
+        if len(occ) + self.reserved[g] >= self.max_per_gpu or i in occ:
             return False
         t = self.inst_type[i]
         return all(self._share_ok(t, self.inst_type[k]) for k in occ)
@@ -346,7 +357,7 @@ class Problem:
                 st.occ[g].append(i)
             st.where[i] = fixed
         for g, occ in enumerate(st.occ):
-            if len(occ) > self.max_per_gpu:
+            if len(occ) + self.reserved[g] > self.max_per_gpu:
                 ids = ", ".join(self.jobs[k].job_id for k in occ)
                 raise InputError(
                     f"state: GPU {self.gpus[g]} runs {len(occ)} jobs ({ids}), more than "
@@ -731,9 +742,9 @@ class Problem:
             cap = self.max_per_gpu
             seen_local: set[tuple[int, ...]] = set()
             for g, occ in enumerate(st.occ):
-                if len(occ) >= cap:
+                if len(occ) + self.reserved[g] >= cap:
                     continue
-                local = tuple(sorted(t[k] for k in occ))
+                local = (self.reserved[g], *sorted(t[k] for k in occ))
                 if local in seen_local or not self.can_host(st, i, g):
                     continue
                 seen_local.add(local)

@@ -58,6 +58,7 @@ def matching_applies(problem: Problem) -> bool:
     return (
         problem.objective == "sum"
         and problem.n_running == 0
+        and not any(problem.reserved)
         and problem.max_per_gpu <= 2
         and all(problem.jobs[i].gpus == 1 for i in new)
         and no_cross

@@ -104,7 +104,8 @@ def _rematch(problem: Problem, st: State, rng: np.random.Generator) -> bool:
 
     eligible = [
         g for g, occ in enumerate(st.occ)
-        if all(k >= problem.n_running and problem.jobs[k].gpus == 1 for k in occ)
+        if not problem.reserved[g]
+        and all(k >= problem.n_running and problem.jobs[k].gpus == 1 for k in occ)
     ]
     order = [eligible[int(k)] for k in rng.permutation(len(eligible))]
     improved = False

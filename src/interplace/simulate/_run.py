@@ -121,7 +121,7 @@ def sweep(
     processes. Each config is seeded on its own, so results are identical either way."""
     if ray:
         try:
-            import ray as ray_mod  # type: ignore[import-not-found]
+            import ray as ray_mod  # type: ignore[import-not-found,unused-ignore]
         except ImportError:
             raise InputError('--ray needs Ray: pip install "interplace[ray]"') from None
         if not ray_mod.is_initialized():
