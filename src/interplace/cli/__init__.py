@@ -33,6 +33,7 @@ COMMANDS: tuple[str, ...] = (
     "place",
     "train_policy",
     "simulate",
+    "serve",
     "stability",
     "demo",
 )

@@ -1,0 +1,104 @@
+"""``interplace serve``: the Kubernetes scheduler extender (needs ``interplace[serve]``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from interplace.cli._common import Subparsers, int_at_least
+from interplace.errors import InputError
+
+if TYPE_CHECKING:
+    from interplace.topology import Topology
+
+__all__ = ["node_topologies", "register"]
+
+
+def node_topologies(
+    topology: str | None, node_dir: str | None
+) -> dict[str, Topology] | Topology:
+    """One topology for every node, or a topology per node from a directory of files (or
+    ``--discover --record`` folders) named after the nodes."""
+    from interplace.topology import load
+
+    if (topology is None) == (node_dir is None):
+        raise InputError("give either --topology or --node-topology")
+    if topology is not None:
+        return load(topology)
+    assert node_dir is not None
+    d = Path(node_dir)
+    if not d.is_dir():
+        raise InputError(f"no such directory: {d}")
+    out: dict[str, Topology] = {}
+    for entry in sorted(d.iterdir()):
+        if entry.name.startswith("."):
+            continue
+        name = entry.stem if entry.is_file() else entry.name
+        out[name] = load(entry)
+    if not out:
+        raise InputError(f"{d}: no node topology files")
+    return out
+
+
+def _run(args: argparse.Namespace) -> int:
+    from interplace.model import InterferenceModel
+    from interplace.placement import POLICIES
+    from interplace.serve import Extender, KubeSync, build_app, connect
+
+    try:
+        import uvicorn
+    except ImportError:
+        raise InputError('interplace serve needs its extra: pip install "interplace[serve]"') \
+            from None
+    if args.policy not in POLICIES:
+        raise InputError(f"unknown policy {args.policy!r} (choose from {', '.join(POLICIES)})")
+    topologies = node_topologies(args.topology, args.node_topology)
+    model = InterferenceModel.load(args.model)
+
+    def topology_for(node: str) -> Topology | None:
+        if isinstance(topologies, dict):
+            return topologies.get(node)
+        return topologies
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s",
+                        stream=sys.stderr)
+    extender = Extender(model, topology_for, policy=args.policy, max_per_gpu=args.max_per_gpu,
+                        deadline_s=args.deadline)
+    sync = None
+    if not args.standalone:
+        sync = KubeSync(connect(), extender)
+        extender.binder = sync.bind
+        extender.fetch_pod = sync.read
+        sync.start()
+    uvicorn.run(build_app(extender), host=args.host, port=args.port, log_level="warning")
+    if sync is not None:
+        sync.stop()
+    return 0
+
+
+def register(sub: Subparsers) -> None:
+    """Add the ``serve`` command to the ``interplace`` parser."""
+    p = sub.add_parser(
+        "serve",
+        help="serve placement to kube-scheduler as a scheduler extender",
+        description="Run the HTTP scheduler extender (filter, prioritize, bind, preempt): "
+        "pods labelled interplace.io/job-type get the GPUs whose predicted slowdown is "
+        "smallest; see deploy/kubernetes/ for the scheduler configuration.",
+    )
+    p.add_argument("--model", required=True, metavar="M", help="model directory (fit)")
+    p.add_argument("--topology", metavar="T", help="every node's topology: file or built-in")
+    p.add_argument("--node-topology", metavar="DIR",
+                   help="a topology file (or recording) per node, named after the node")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--port", type=int_at_least(1), default=8888, help="port (default: 8888)")
+    p.add_argument("--policy", default="local-search", metavar="NAME",
+                   help="placement policy (default: local-search)")
+    p.add_argument("--max-per-gpu", type=int_at_least(1), default=2, metavar="K")
+    p.add_argument("--deadline", type=float, default=2.0, metavar="S",
+                   help="most seconds a prioritize call scores before going neutral")
+    p.add_argument("--standalone", action="store_true",
+                   help="no API server: bind only records (trials and tests)")
+    p.set_defaults(func=_run)

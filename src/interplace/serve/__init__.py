@@ -1,0 +1,44 @@
+"""``interplace serve``: a Kubernetes scheduler extender that picks GPUs by predicted
+interference.
+
+kube-scheduler calls it over HTTP (``filter``, ``prioritize``, ``bind``, ``preempt``) as the
+``extenders:`` stanza of its ``KubeSchedulerConfiguration`` says (``deploy/kubernetes/``). A pod
+names its job type with the label or annotation ``interplace.io/job-type`` and its GPUs with
+the ``nvidia.com/gpu`` limit; the extender drops nodes it cannot fit, scores the rest by the
+predicted slowdown of the best placement there (for the pod and the pods already there), and on
+``bind`` records the chosen GPU ids on the pod (``interplace.io/gpus``) and creates the Binding.
+The logic is :class:`Extender` (:mod:`._extender`), the HTTP face :func:`build_app`
+(:mod:`._app`, Starlette, the optional extra ``interplace[serve]``), the API server side
+:class:`KubeSync` (:mod:`._kube`, the official ``kubernetes`` client).
+"""
+
+from interplace.serve._app import MAX_BODY, build_app
+from interplace.serve._extender import NEUTRAL_SCORE, Book, Booking, Extender
+from interplace.serve._kube import KubeSync, connect
+from interplace.serve._pods import (
+    ANNOTATION_GPUS,
+    GPU_RESOURCE,
+    KEY_COMM_SHARE,
+    KEY_FAMILY,
+    KEY_JOB_TYPE,
+    PodRequest,
+    parse_pod,
+)
+
+__all__ = [
+    "ANNOTATION_GPUS",
+    "GPU_RESOURCE",
+    "KEY_COMM_SHARE",
+    "KEY_FAMILY",
+    "KEY_JOB_TYPE",
+    "MAX_BODY",
+    "NEUTRAL_SCORE",
+    "Book",
+    "Booking",
+    "Extender",
+    "KubeSync",
+    "PodRequest",
+    "build_app",
+    "connect",
+    "parse_pod",
+]

@@ -1,0 +1,85 @@
+"""The HTTP face: a Starlette app serving the extender verbs as kube-scheduler calls them.
+
+``POST /filter``, ``/prioritize``, ``/bind``, ``/preempt`` (JSON in, JSON out, status 200 on
+every answer the extender computed, with any problem in ``Error``), ``GET /healthz`` and
+``GET /state`` (the booked GPUs). Malformed JSON or a request the verb cannot read gets 400
+with ``{"Error": ...}``; an unknown path 404; a body over ``max_body`` bytes 413. The verbs run
+in a worker thread, so a slow scoring never blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from interplace.errors import InputError
+from interplace.serve._extender import Extender
+
+__all__ = ["MAX_BODY", "build_app"]
+
+MAX_BODY = 4 * 1024 * 1024
+"""Largest request body accepted (4 MiB: a NodeList of a few hundred nodes)."""
+
+log = logging.getLogger("interplace.serve")
+
+
+def build_app(extender: Extender, *, max_body: int = MAX_BODY) -> Any:
+    """The ASGI application (needs ``interplace[serve]``: Starlette)."""
+    try:
+        from starlette.applications import Starlette
+        from starlette.concurrency import run_in_threadpool
+        from starlette.requests import Request
+        from starlette.responses import JSONResponse, Response
+        from starlette.routing import Route
+    except ImportError:
+        raise InputError('interplace serve needs its extra: pip install "interplace[serve]"') \
+            from None
+
+    async def read(request: Request) -> Any:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > max_body:
+            raise _TooLarge
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > max_body:
+                raise _TooLarge
+        try:
+            return json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InputError(f"malformed JSON: {exc}") from None
+
+    def verb(name: str) -> Any:
+        async def handle(request: Request) -> Response:
+            try:
+                args = await read(request)
+                if not isinstance(args, dict):
+                    raise InputError(f"{name} expects a JSON object")
+                if name in ("filter", "prioritize") and args.get("Pod") is not None:
+                    extender.remember(args["Pod"])
+                result = await run_in_threadpool(getattr(extender, name), args)
+            except _TooLarge:
+                return JSONResponse({"Error": f"request body over {max_body} bytes"},
+                                    status_code=413)
+            except InputError as exc:
+                log.info("%s: bad request: %s", name, exc)
+                return JSONResponse({"Error": str(exc)}, status_code=400)
+            return JSONResponse(result)
+
+        return handle
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"ok": True})
+
+    async def state(request: Request) -> Response:
+        return JSONResponse(extender.snapshot())
+
+    routes = [Route(f"/{v}", verb(v), methods=["POST"])
+              for v in ("filter", "prioritize", "bind", "preempt")]
+    routes += [Route("/healthz", healthz), Route("/state", state)]
+    return Starlette(routes=routes)
+
+
+class _TooLarge(Exception):
+    pass

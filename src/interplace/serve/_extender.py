@@ -1,0 +1,391 @@
+r"""The extender's logic, free of HTTP: filter, prioritize, bind and preempt on JSON objects.
+
+Wire format: ``k8s.io/kube-scheduler/extender/v1`` (``types.go``), whose Go structs carry no
+JSON tags, so the keys are the Go field names: ``ExtenderArgs{Pod, Nodes, NodeNames}``,
+``ExtenderFilterResult{Nodes, NodeNames, FailedNodes, FailedAndUnresolvableNodes, Error}``,
+``HostPriorityList`` = ``[{Host, Score}]`` (``MaxExtenderPriority`` = 10),
+``ExtenderBindingArgs{PodName, PodNamespace, PodUID, Node}`` -> ``ExtenderBindingResult{Error}``,
+``ExtenderPreemptionArgs{Pod, NodeNameToVictims, NodeNameToMetaVictims}`` ->
+``ExtenderPreemptionResult{NodeNameToMetaVictims}``. With ``nodeCacheCapable`` the scheduler
+sends ``NodeNames`` (``Nodes`` null) and reads ``NodeNames`` back; without it, the full
+``Nodes`` list both ways. Returned nodes are always a subset of those sent.
+
+Scores: the predicted objective gain of the best placement of the pod on the node (its own
+predicted speed minus the slowdown it brings to the node's pods, in job-speed units, at most
+1 per pod), mapped to :math:`\mathrm{round}(10 \cdot \mathrm{clip}(g, 0, 1))`. kube-scheduler
+multiplies an extender's score by its ``weight`` and by 10 (``MaxNodeScore /
+MaxExtenderPriority``) before adding it to its own plugins' scores. A pod without
+:data:`~interplace.serve._pods.KEY_JOB_TYPE`, or of a type the model does not know, gets the
+same neutral score (5) on every node that fits it.
+
+State: which pods run on which GPUs (:class:`Book`), rebuilt from the API server's pods (the
+:data:`~interplace.serve._pods.ANNOTATION_GPUS` annotation ``bind`` writes) and kept current by
+a watch (:mod:`._kube`); every booking goes through one lock, and a bind re-checks capacity
+under it, so concurrent binds never double-book a GPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from interplace.errors import InputError
+from interplace.placement import (
+    ClusterState,
+    Job,
+    Running,
+    SpeedCache,
+    SpeedSource,
+    place,
+)
+from interplace.serve._pods import ANNOTATION_GPUS, PodRequest, parse_pod
+from interplace.topology import Topology
+
+__all__ = ["NEUTRAL_SCORE", "Book", "Booking", "Extender"]
+
+log = logging.getLogger("interplace.serve")
+
+NEUTRAL_SCORE = 5
+"""The score of every node for a pod the model cannot score."""
+
+MAX_PRIORITY = 10
+"""``extenderv1.MaxExtenderPriority``."""
+
+
+@dataclass(frozen=True)
+class Booking:
+    """A pod's GPUs on a node; ``job`` None for a pod the model cannot see (no job type)."""
+
+    pod: str
+    node: str
+    gpus: tuple[str, ...]
+    job: Job | None
+
+
+@dataclass
+class Book:
+    """Which pods hold which GPUs, per node, behind one lock (``version`` counts changes)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    pods: dict[str, Booking] = field(default_factory=dict)
+    version: int = 0
+
+    def on_node(self, node: str) -> list[Booking]:
+        """The bookings on ``node`` (call with the lock held, or accept a snapshot)."""
+        return [b for b in self.pods.values() if b.node == node]
+
+    def occupancy(self, node: str) -> dict[str, int]:
+        """Jobs per GPU id on ``node``."""
+        out: dict[str, int] = {}
+        for b in self.on_node(node):
+            for g in b.gpus:
+                out[g] = out.get(g, 0) + 1
+        return out
+
+
+class Extender:
+    """The extender verbs (module docstring) over a model, topologies and a :class:`Book`.
+
+    ``topology_for(node)`` returns the node's topology (GPU ids local to it) or None;
+    ``binder(pod, node, gpus)`` records a binding with the API server (None: standalone,
+    bind only books). ``deadline_s`` bounds a prioritize call: nodes left unscored when it
+    runs out get the neutral score (and a log line), so the scheduler is never held up.
+    """
+
+    def __init__(
+        self,
+        model: SpeedSource,
+        topology_for: Callable[[str], Topology | None],
+        *,
+        policy: str = "local-search",
+        max_per_gpu: int = 2,
+        binder: Callable[[PodRequest, str, tuple[str, ...]], None] | None = None,
+        fetch_pod: Callable[[str, str], Any] | None = None,
+        deadline_s: float = 2.0,
+        num_samples: int = 64,
+        seed: int = 0,
+    ) -> None:
+        self.model = model
+        self.topology_for = topology_for
+        self.policy = policy
+        self.max_per_gpu = max_per_gpu
+        self.binder = binder
+        self.fetch_pod = fetch_pod
+        self.deadline_s = deadline_s
+        self.book = Book()
+        self.known = set(model.jobs)
+        self._cache = SpeedCache(model, num_samples=num_samples, seed=seed)
+        self._scores: dict[tuple[object, ...], tuple[float, tuple[str, ...]] | None] = {}
+        self._pending: dict[str, PodRequest] = {}
+        self.seed = seed
+
+    # ------------------------------------------------------------ helpers
+    def _nodes(self, args: Mapping[str, Any]) -> tuple[list[str], dict[str, Any] | None]:
+        names = args.get("NodeNames")
+        nodes = args.get("Nodes")
+        if names is not None:
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise InputError("NodeNames must be a list of node names")
+            return list(names), None
+        if nodes is not None:
+            if not isinstance(nodes, Mapping) or not isinstance(nodes.get("items", []), list):
+                raise InputError("Nodes must be a v1.NodeList")
+            by_name: dict[str, Any] = {}
+            for item in nodes.get("items") or []:
+                name = ((item or {}).get("metadata") or {}).get("name")
+                if not isinstance(name, str) or not name:
+                    raise InputError("a node in Nodes lacks metadata.name")
+                by_name[name] = item
+            return list(by_name), by_name
+        raise InputError("ExtenderArgs has neither Nodes nor NodeNames")
+
+    def _node_view(
+        self, node: str
+    ) -> tuple[Topology, ClusterState, dict[str, int]] | None:
+        topo = self.topology_for(node)
+        if topo is None:
+            return None
+        running: list[Running] = []
+        reserved: dict[str, int] = {}
+        for b in self.book.on_node(node):
+            if b.job is None or b.job.job not in self.known:
+                for g in b.gpus:
+                    reserved[g] = reserved.get(g, 0) + 1
+            else:
+                running.append(Running(b.job, b.gpus))
+        return topo, ClusterState(tuple(running)), reserved
+
+    def _fits(self, pod: PodRequest, node: str) -> str | None:
+        """None if ``pod`` fits ``node`` by capacity, else why not."""
+        view = self._node_view(node)
+        if view is None:
+            return f"no topology for node {node}"
+        topo, _, _ = view
+        gpus = topo.gpus()
+        if pod.gpus > len(gpus):
+            return f"pod needs {pod.gpus} GPUs; node {node} has {len(gpus)}"
+        occ = self.book.occupancy(node)
+        free = [g for g in gpus if occ.get(g, 0) < self.max_per_gpu]
+        if len(free) < pod.gpus:
+            return (f"{len(free)} of {len(gpus)} GPUs have a free slot under "
+                    f"max-per-gpu={self.max_per_gpu}; pod needs {pod.gpus}")
+        return None
+
+    def _job(self, pod: PodRequest) -> Job | None:
+        if pod.job_type is None or pod.gpus == 0 or pod.job_type not in self.known:
+            return None
+        kwargs: dict[str, Any] = {}
+        if pod.comm_share is not None:
+            kwargs["comm_share"] = pod.comm_share
+        return Job(pod.key, pod.job_type, pod.gpus, pod.family, **kwargs)
+
+    def _best(self, pod: PodRequest, job: Job, node: str) -> tuple[float, tuple[str, ...]] | None:
+        """(predicted gain, GPUs) of the best placement of ``job`` on ``node``, or None."""
+        view = self._node_view(node)
+        if view is None:
+            return None
+        topo, state, reserved = view
+        key = (id(topo), job.job, job.gpus, job.comm_share,
+               tuple(sorted((r.job.job, r.gpus) for r in state.running)),
+               tuple(sorted(reserved.items())))
+        if key in self._scores:
+            return self._scores[key]
+        base = place(topo, self.model, [], state, policy=self.policy,
+                     max_per_gpu=self.max_per_gpu, reserved=reserved, seed=self.seed,
+                     num_samples=self._cache.num_samples, cache=self._cache) if state.running \
+            else None
+        p = place(topo, self.model, [job], state, policy=self.policy,
+                  max_per_gpu=self.max_per_gpu, reserved=reserved, seed=self.seed,
+                  num_samples=self._cache.num_samples, cache=self._cache)
+        result: tuple[float, tuple[str, ...]] | None = None
+        if not p.pending:
+            gain = p.objective - (base.objective if base is not None else 0.0)
+            result = (gain, p.assignment()[job.job_id])
+        if len(self._scores) > 50_000:
+            self._scores.clear()
+        self._scores[key] = result
+        return result
+
+    # ------------------------------------------------------------- verbs
+    def filter(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """``ExtenderArgs`` -> ``ExtenderFilterResult`` (module docstring)."""
+        pod = parse_pod(args.get("Pod"))
+        names, objects = self._nodes(args)
+        passed, failed, hopeless = [], {}, {}
+        with self.book.lock:
+            for node in names:
+                if pod.gpus == 0:
+                    passed.append(node)
+                    continue
+                why = self._fits(pod, node)
+                if why is None:
+                    passed.append(node)
+                elif why.startswith(("pod needs", "no topology")):
+                    hopeless[node] = why
+                else:
+                    failed[node] = why
+        result: dict[str, Any] = {
+            "Nodes": None,
+            "NodeNames": None,
+            "FailedNodes": failed,
+            "FailedAndUnresolvableNodes": hopeless,
+            "Error": "",
+        }
+        if objects is None:
+            result["NodeNames"] = passed
+        else:
+            nodes = args["Nodes"]
+            result["Nodes"] = {**nodes, "items": [objects[n] for n in passed]}
+        return result
+
+    def prioritize(self, args: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """``ExtenderArgs`` -> ``HostPriorityList`` with integer scores in 0..10."""
+        pod = parse_pod(args.get("Pod"))
+        names, _ = self._nodes(args)
+        job = self._job(pod)
+        if job is None:
+            if pod.job_type is not None and pod.job_type not in self.known:
+                log.warning("pod %s: job type %r unknown to the model; neutral scores",
+                            pod.key, pod.job_type)
+            return [{"Host": n, "Score": NEUTRAL_SCORE} for n in names]
+        start = time.monotonic()
+        out = []
+        with self.book.lock:
+            for node in names:
+                if time.monotonic() - start > self.deadline_s:
+                    log.warning("prioritize %s: deadline %.1f s reached; %s scored neutrally",
+                                pod.key, self.deadline_s, node)
+                    out.append({"Host": node, "Score": NEUTRAL_SCORE})
+                    continue
+                try:
+                    best = self._best(pod, job, node)
+                except Exception as exc:  # the model cannot score: never block the scheduler
+                    log.warning("prioritize %s on %s: cannot score (%s); neutral", pod.key,
+                                node, exc)
+                    out.append({"Host": node, "Score": NEUTRAL_SCORE})
+                    continue
+                if best is None:
+                    score = 0
+                else:
+                    gain = best[0] / max(job.gpus, 1) if job.gpus > 1 else best[0]
+                    score = round(MAX_PRIORITY * min(max(gain, 0.0), 1.0))
+                out.append({"Host": node, "Score": int(min(max(score, 0), MAX_PRIORITY))})
+        return out
+
+    def bind(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """``ExtenderBindingArgs`` -> ``ExtenderBindingResult``: choose GPUs, book, bind."""
+        for k in ("PodName", "PodNamespace", "Node"):
+            if not isinstance(args.get(k), str) or not args[k]:
+                raise InputError(f"ExtenderBindingArgs lacks {k}")
+        key = f"{args['PodNamespace']}/{args['PodName']}"
+        node = str(args["Node"])
+        pod = self._pending.get(key)
+        if pod is None and self.fetch_pod is not None:
+            pod = parse_pod(self.fetch_pod(str(args["PodNamespace"]), str(args["PodName"])))
+        if pod is None:
+            return {"Error": f"pod {key}: no filter or prioritize call named it, and the "
+                             "service has no API server to read it from"}
+        with self.book.lock:
+            if key in self.book.pods:
+                return {"Error": f"pod {key} is already bound to {self.book.pods[key].node}"}
+            why = self._fits(pod, node)
+            if why is not None:
+                return {"Error": f"cannot bind {key} to {node}: {why}"}
+            job = self._job(pod)
+            gpus: tuple[str, ...] = ()
+            if pod.gpus > 0:
+                best = self._best(pod, job, node) if job is not None else None
+                if best is not None:
+                    gpus = best[1]
+                else:  # a pod the model cannot see: its least loaded GPUs
+                    topo = self.topology_for(node)
+                    assert topo is not None
+                    occ = self.book.occupancy(node)
+                    free = sorted((g for g in topo.gpus() if occ.get(g, 0) < self.max_per_gpu),
+                                  key=lambda g: (occ.get(g, 0), topo.gpus().index(g)))
+                    gpus = tuple(free[: pod.gpus])
+            booking = Booking(key, node, gpus, job)
+            self.book.pods[key] = booking
+            self.book.version += 1
+        if self.binder is not None:
+            try:
+                self.binder(pod, node, gpus)
+            except Exception as exc:
+                with self.book.lock:
+                    if self.book.pods.get(key) is booking:
+                        del self.book.pods[key]
+                        self.book.version += 1
+                return {"Error": f"binding {key} to {node} failed: {exc}"}
+        self._pending.pop(key, None)
+        return {"Error": ""}
+
+    def preempt(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """``ExtenderPreemptionArgs`` -> ``ExtenderPreemptionResult``: agrees with the
+        scheduler's candidates (no-op safe): victims as ``MetaVictims`` by pod UID."""
+        meta = args.get("NodeNameToMetaVictims")
+        if isinstance(meta, Mapping) and meta:
+            return {"NodeNameToMetaVictims": dict(meta)}
+        victims = args.get("NodeNameToVictims") or {}
+        if not isinstance(victims, Mapping):
+            raise InputError("NodeNameToVictims must be an object")
+        out = {}
+        for node, v in victims.items():
+            pods = (v or {}).get("Pods") or []
+            out[node] = {
+                "Pods": [{"UID": str(((p or {}).get("metadata") or {}).get("uid") or "")}
+                         for p in pods],
+                "NumPDBViolations": int((v or {}).get("NumPDBViolations") or 0),
+            }
+        return {"NodeNameToMetaVictims": out}
+
+    def remember(self, pod: Any) -> None:
+        """Keep the pod of a filter/prioritize call for its bind (which names it only)."""
+        req = parse_pod(pod)
+        if len(self._pending) > 10_000:
+            self._pending.clear()
+        self._pending[req.key] = req
+
+    # ------------------------------------------------------------- state
+    def restore(self, pods: Sequence[Any]) -> int:
+        """Rebuild the book from pod objects (the API server's list); returns bookings made."""
+        made = 0
+        with self.book.lock:
+            self.book.pods.clear()
+            for obj in pods:
+                req = parse_pod(obj)
+                if not req.node or req.phase in ("Succeeded", "Failed"):
+                    continue
+                if not req.assigned_gpus and req.gpus:
+                    continue  # not ours: bound by another scheduler, GPUs unknown
+                self.book.pods[req.key] = Booking(req.key, req.node, req.assigned_gpus,
+                                                  self._job(req))
+                made += 1
+            self.book.version += 1
+        return made
+
+    def observe(self, event_type: str, pod: Any) -> None:
+        """Apply one watch event (``ADDED``, ``MODIFIED``, ``DELETED``) to the book."""
+        req = parse_pod(pod)
+        with self.book.lock:
+            gone = event_type == "DELETED" or req.phase in ("Succeeded", "Failed")
+            if gone:
+                if self.book.pods.pop(req.key, None) is not None:
+                    self.book.version += 1
+                return
+            if req.node and req.assigned_gpus and req.key not in self.book.pods:
+                self.book.pods[req.key] = Booking(req.key, req.node, req.assigned_gpus,
+                                                  self._job(req))
+                self.book.version += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        """The book as JSON: ``{node: {pod: "gpu,gpu"}}`` and its version."""
+        with self.book.lock:
+            nodes: dict[str, dict[str, str]] = {}
+            for b in self.book.pods.values():
+                nodes.setdefault(b.node, {})[b.pod] = ",".join(b.gpus)
+            return {"version": self.book.version, "nodes": nodes,
+                    "annotation": ANNOTATION_GPUS}

@@ -1,0 +1,309 @@
+"""The extender replayed as kube-scheduler drives it: real client models, a fake scheduler
+applying replies as kube-scheduler's HTTP extender does, a fake API server."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytest.importorskip("starlette")
+kubernetes = pytest.importorskip("kubernetes")
+from kubernetes import client  # noqa: E402
+from starlette.testclient import TestClient  # noqa: E402
+
+from interplace.model import InterferenceModel  # noqa: E402
+from interplace.serve import (  # noqa: E402
+    ANNOTATION_GPUS,
+    KEY_JOB_TYPE,
+    NEUTRAL_SCORE,
+    Extender,
+    KubeSync,
+    build_app,
+)
+from interplace.topology import builtin  # noqa: E402
+
+DEPLOY = Path(__file__).parents[2] / "deploy" / "kubernetes"
+WEIGHT = 5
+API = client.ApiClient()
+
+
+def pod(name: str, job: str | None, gpus: int, ns: str = "ml") -> dict[str, Any]:
+    labels = {KEY_JOB_TYPE: job} if job else {}
+    limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
+    p = client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, namespace=ns, uid=f"uid-{name}",
+                                     labels=labels),
+        spec=client.V1PodSpec(containers=[client.V1Container(
+            name="main", image="train:1", resources=client.V1ResourceRequirements(
+                limits=limits))]),
+    )
+    out: dict[str, Any] = API.sanitize_for_serialization(p)
+    return out
+
+
+def node(name: str) -> dict[str, Any]:
+    n = client.V1Node(metadata=client.V1ObjectMeta(name=name))
+    out: dict[str, Any] = API.sanitize_for_serialization(n)
+    return out
+
+
+class FakeScheduler:
+    """Applies extender replies as kube-scheduler's HTTPExtender does (pkg/scheduler/
+    extender.go, schedule_one.go): status 200 or the call fails; with nodeCacheCapable the
+    filter reply's NodeNames, else its Nodes; a name not sent is an error; a prioritize score
+    counts score * weight * (MaxNodeScore / MaxExtenderPriority) = score * weight * 10."""
+
+    def __init__(self, http: TestClient, node_cache_capable: bool = True) -> None:
+        self.http = http
+        self.cache = node_cache_capable
+
+    def args(self, the_pod: dict[str, Any], nodes: list[str]) -> dict[str, Any]:
+        if self.cache:
+            return {"Pod": the_pod, "Nodes": None, "NodeNames": nodes}
+        return {"Pod": the_pod, "Nodes": {"items": [node(n) for n in nodes]},
+                "NodeNames": None}
+
+    def filter(self, the_pod: dict[str, Any], nodes: list[str]) -> tuple[list[str], dict]:
+        r = self.http.post("/filter", json=self.args(the_pod, nodes))
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["Error"] == ""
+        if self.cache:
+            kept = body["NodeNames"]
+        else:
+            kept = [n["metadata"]["name"] for n in body["Nodes"]["items"]]
+        assert set(kept) <= set(nodes)  # "claims a filtered node which is not found"
+        return kept, {**body["FailedNodes"], **body["FailedAndUnresolvableNodes"]}
+
+    def prioritize(self, the_pod: dict[str, Any], nodes: list[str]) -> dict[str, int]:
+        r = self.http.post("/prioritize", json=self.args(the_pod, nodes))
+        assert r.status_code == 200, r.text
+        scores = {}
+        for hp in r.json():
+            assert set(hp) == {"Host", "Score"} and isinstance(hp["Score"], int)
+            assert 0 <= hp["Score"] <= 10 and hp["Host"] in nodes
+            scores[hp["Host"]] = hp["Score"] * WEIGHT * 10
+        return scores
+
+    def schedule(self, the_pod: dict[str, Any], nodes: list[str]) -> str | None:
+        kept, _ = self.filter(the_pod, nodes)
+        if not kept:
+            return None
+        scores = self.prioritize(the_pod, kept)
+        best = max(kept, key=lambda n: (scores[n], -kept.index(n)))
+        meta = the_pod["metadata"]
+        r = self.http.post("/bind", json={"PodName": meta["name"],
+                                          "PodNamespace": meta["namespace"],
+                                          "PodUID": meta["uid"], "Node": best})
+        assert r.status_code == 200 and r.json()["Error"] == "", r.text
+        return best
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[InterferenceModel, list[str]]:
+    from interplace.datasets import synthetic
+    from interplace.model import fit
+
+    model = fit(synthetic(4, seed=2, samples_per_run=8), seed=0, steps=200, min_steps=200)
+    return model, list(model.jobs)
+
+
+def make(model: InterferenceModel, nodes: list[str], **kw: Any) -> tuple[Extender, TestClient]:
+    topo = builtin("dgx-a100")
+    ext = Extender(model, lambda n: topo if n in nodes else None, **kw)
+    return ext, TestClient(build_app(ext))
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_filter_prioritize_bind_round(served: tuple[Any, list[str]], cache: bool) -> None:
+    model, jobs = served
+    nodes = ["n1", "n2", "n3"]
+    _ext, http = make(model, nodes)
+    sched = FakeScheduler(http, cache)
+    placed = [sched.schedule(pod(f"p{k}", jobs[k % 4], 1), nodes) for k in range(20)]
+    assert all(p in nodes for p in placed)
+    state = http.get("/state").json()
+    per_gpu: dict[tuple[str, str], int] = {}
+    for n, pods in state["nodes"].items():
+        for gpus in pods.values():
+            for g in gpus.split(","):
+                per_gpu[(n, g)] = per_gpu.get((n, g), 0) + 1
+    assert sum(per_gpu.values()) == 20 and max(per_gpu.values()) <= 2
+    # 20 one-GPU pods on 24 GPUs: a scorer that prefers idle GPUs shares none of them.
+    assert max(per_gpu.values()) == 1
+
+
+def test_filter_reasons_and_unknown_nodes(served: tuple[Any, list[str]]) -> None:
+    model, jobs = served
+    _ext, http = make(model, ["n1"], max_per_gpu=1)
+    sched = FakeScheduler(http)
+    kept, failed = sched.filter(pod("big", jobs[0], 9), ["n1", "ghost"])
+    assert kept == [] and "needs 9 GPUs" in failed["n1"] and "no topology" in failed["ghost"]
+    for k in range(8):
+        assert sched.schedule(pod(f"a{k}", jobs[0], 1), ["n1"]) == "n1"
+    kept, failed = sched.filter(pod("late", jobs[1], 1), ["n1"])
+    assert kept == [] and "max-per-gpu=1" in failed["n1"]
+
+
+def test_unlabelled_and_unknown_pods_are_neutral(served: tuple[Any, list[str]]) -> None:
+    model, _ = served
+    _ext, http = make(model, ["n1", "n2"])
+    sched = FakeScheduler(http)
+    for the_pod in (pod("plain", None, 1), pod("new", "never-seen", 1)):
+        kept, _ = sched.filter(the_pod, ["n1", "n2"])
+        assert kept == ["n1", "n2"]  # never refused for lacking a label
+        assert set(sched.prioritize(the_pod, kept).values()) == {NEUTRAL_SCORE * WEIGHT * 10}
+        assert sched.schedule(the_pod, kept) in ("n1", "n2")
+    assert len(http.get("/state").json()["nodes"]) >= 1
+
+
+def test_bad_requests(served: tuple[Any, list[str]]) -> None:
+    model, jobs = served
+    _ext, http = make(model, ["n1"])
+    assert http.post("/filter", content=b"{not json").status_code == 400
+    r = http.post("/prioritize", json={"Pod": {"metadata": {}}, "NodeNames": ["n1"]})
+    assert r.status_code == 400 and "metadata.name" in r.json()["Error"]
+    assert http.post("/nope", json={}).status_code == 404
+    big = b"[" + b"1," * (3 * 1024 * 1024) + b"1]"
+    assert http.post("/filter", content=big).status_code == 413
+    r = http.post("/bind", json={"PodName": "x", "PodNamespace": "ml", "Node": "n1"})
+    assert r.status_code == 200 and "no filter or prioritize call named it" in r.json()["Error"]
+    r = http.post("/filter", json={"Pod": pod("p", jobs[0], 1)})
+    assert r.status_code == 400 and "neither Nodes nor NodeNames" in r.json()["Error"]
+
+
+def test_preempt_is_no_op_safe(served: tuple[Any, list[str]]) -> None:
+    model, _ = served
+    _, http = make(model, ["n1"])
+    args = {"Pod": pod("p", None, 1), "NodeNameToVictims": {"n1": {
+        "Pods": [pod("v", None, 1)], "NumPDBViolations": 0}}, "NodeNameToMetaVictims": None}
+    r = http.post("/preempt", json=args)
+    assert r.json() == {"NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": "uid-v"}],
+                                                          "NumPDBViolations": 0}}}
+
+
+def test_concurrent_binds_never_double_book(served: tuple[Any, list[str]]) -> None:
+    model, jobs = served
+    ext, http = make(model, ["n1"], max_per_gpu=1)
+    pods = [pod(f"c{k}", jobs[k % 4], 1) for k in range(16)]
+    for p in pods:
+        assert http.post("/filter", json={"Pod": p, "NodeNames": ["n1"]}).status_code == 200
+    errors: list[str] = []
+
+    def bind(p: dict[str, Any]) -> None:
+        m = p["metadata"]
+        r = http.post("/bind", json={"PodName": m["name"], "PodNamespace": m["namespace"],
+                                     "PodUID": m["uid"], "Node": "n1"})
+        errors.append(r.json()["Error"])
+
+    threads = [threading.Thread(target=bind, args=(p,)) for p in pods]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(e == "" for e in errors) == 8  # 8 GPUs, one pod each
+    state = ext.snapshot()["nodes"]["n1"]
+    gpus = [g for v in state.values() for g in v.split(",")]
+    assert sorted(gpus) == sorted(set(gpus)) and len(gpus) == 8
+
+
+class FakeApi:
+    """The CoreV1Api calls KubeSync makes, recorded."""
+
+    def __init__(self, pods: list[dict[str, Any]]) -> None:
+        self.pods = pods
+        self.patches: list[tuple[str, str, dict]] = []
+        self.bindings: list[Any] = []
+        self.fail = False
+
+    def list_pod_for_all_namespaces(self, **_: Any) -> dict[str, Any]:
+        return {"metadata": {"resourceVersion": "7"}, "items": self.pods}
+
+    def patch_namespaced_pod(self, name: str, ns: str, body: dict) -> None:
+        self.patches.append((name, ns, body))
+
+    def create_namespaced_binding(self, ns: str, body: Any, **kw: Any) -> None:
+        if self.fail:
+            raise RuntimeError("apiserver said no")
+        assert kw == {"_preload_content": False}
+        self.bindings.append(body)
+
+    def read_namespaced_pod(self, name: str, ns: str) -> dict[str, Any]:
+        return next(p for p in self.pods if p["metadata"]["name"] == name)
+
+
+def test_restart_rebuilds_from_annotations_and_binds_through_api(
+    served: tuple[Any, list[str]],
+) -> None:
+    model, jobs = served
+    running = pod("old", jobs[0], 2)
+    running["spec"]["nodeName"] = "n1"
+    running["metadata"]["annotations"] = {ANNOTATION_GPUS: "0,1"}
+    running["status"] = {"phase": "Running"}
+    done = pod("done", jobs[1], 1)
+    done["spec"]["nodeName"] = "n1"
+    done["metadata"]["annotations"] = {ANNOTATION_GPUS: "2"}
+    done["status"] = {"phase": "Succeeded"}
+    fresh = pod("fresh", jobs[2], 1)
+    api = FakeApi([running, done, fresh])
+    ext, http = make(model, ["n1"], max_per_gpu=1)
+    sync = KubeSync(api, ext)
+    ext.binder, ext.fetch_pod = sync.bind, sync.read
+    assert sync.restore() == "7"
+    assert ext.snapshot()["nodes"] == {"n1": {"ml/old": "0,1"}}
+    # A bind the service saw no filter for: it reads the pod from the API server.
+    r = http.post("/bind", json={"PodName": "fresh", "PodNamespace": "ml", "Node": "n1"})
+    assert r.json()["Error"] == ""
+    name, ns, body = api.patches[0]
+    chosen = body["metadata"]["annotations"][ANNOTATION_GPUS]
+    assert (name, ns) == ("fresh", "ml") and chosen not in ("0", "1")
+    assert api.bindings[0].target.name == "n1" and api.bindings[0].metadata.name == "fresh"
+    # A failed API bind books nothing.
+    api.fail = True
+    other = pod("other", jobs[3], 1)
+    api.pods.append(other)
+    r = http.post("/bind", json={"PodName": "other", "PodNamespace": "ml", "Node": "n1"})
+    assert "apiserver said no" in r.json()["Error"]
+    assert "ml/other" not in ext.snapshot()["nodes"]["n1"]
+    # Watch events: a deletion frees the GPUs.
+    ext.observe("DELETED", running)
+    assert "ml/old" not in ext.snapshot()["nodes"]["n1"]
+
+
+def test_manifests_match_the_client_models() -> None:
+    docs = list(yaml.safe_load_all((DEPLOY / "extender.yaml").read_text()))
+    kinds = {d["kind"]: d for d in docs}
+    assert set(kinds) == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment",
+                          "Service"}
+
+    import json
+
+    def model_of(doc: dict, kind: str) -> Any:
+        # Through the client's own deserialiser, as an API server reply would go: unknown
+        # or mistyped fields fail here.
+        return API.deserialize(json.dumps(doc), kind, "application/json")
+
+    dep = model_of(kinds["Deployment"], "V1Deployment")
+    container = dep.spec.template.spec.containers[0]
+    assert container.args[0] == "serve" and dep.spec.template.spec.service_account_name == \
+        "interplace-extender"
+    role = model_of(kinds["ClusterRole"], "V1ClusterRole")
+    granted = {(r.resources[0] if len(r.resources) == 1 else tuple(r.resources), v)
+               for r in role.rules for v in r.verbs}
+    # What KubeSync calls: list/watch/get/patch pods, create bindings.
+    for verb in ("get", "list", "watch", "patch"):
+        assert ("pods", verb) in granted
+    assert any(isinstance(r, tuple) and "pods/binding" in r and v == "create"
+               for r, v in granted)
+    svc = model_of(kinds["Service"], "V1Service")
+    assert svc.spec.ports[0].port == 8888
+    cfg = yaml.safe_load((DEPLOY / "scheduler-config.yaml").read_text())
+    ext = cfg["extenders"][0]
+    assert ext["urlPrefix"].endswith(":8888") and ext["filterVerb"] == "filter"
+    assert ext["prioritizeVerb"] == "prioritize" and ext["bindVerb"] == "bind"
+    assert ext["nodeCacheCapable"] is True and ext["ignorable"] is True
+    assert ext["managedResources"][0]["name"] == "nvidia.com/gpu"
