@@ -47,6 +47,10 @@ from interplace.topology import Topology
 
 __all__ = ["NEUTRAL_SCORE", "Book", "Booking", "Extender"]
 
+#: A node as placement sees it: topology, running jobs, slots of jobs the model cannot see,
+#: and a hashable key of that state (for the score cache).
+_View = tuple[Topology, ClusterState, dict[str, int], tuple[object, ...]]
+
 log = logging.getLogger("interplace.serve")
 
 NEUTRAL_SCORE = 5
@@ -73,15 +77,43 @@ class Book:
     lock: threading.Lock = field(default_factory=threading.Lock)
     pods: dict[str, Booking] = field(default_factory=dict)
     version: int = 0
+    by_node: dict[str, dict[str, Booking]] = field(default_factory=dict)
+    node_version: dict[str, int] = field(default_factory=dict)
+
+    def add(self, booking: Booking) -> None:
+        """Book ``booking`` (replacing the pod's earlier one); call with the lock held."""
+        self.remove(booking.pod)
+        self.pods[booking.pod] = booking
+        self.by_node.setdefault(booking.node, {})[booking.pod] = booking
+        self._bump(booking.node)
+
+    def remove(self, pod: str) -> Booking | None:
+        """Drop ``pod``'s booking, if any; call with the lock held."""
+        old = self.pods.pop(pod, None)
+        if old is not None:
+            self.by_node.get(old.node, {}).pop(pod, None)
+            self._bump(old.node)
+        return old
+
+    def clear(self) -> None:
+        """Drop every booking; call with the lock held."""
+        for node in list(self.by_node):
+            self._bump(node)
+        self.pods.clear()
+        self.by_node.clear()
+
+    def _bump(self, node: str) -> None:
+        self.version += 1
+        self.node_version[node] = self.version
 
     def on_node(self, node: str) -> list[Booking]:
         """The bookings on ``node`` (call with the lock held, or accept a snapshot)."""
-        return [b for b in self.pods.values() if b.node == node]
+        return list(self.by_node.get(node, {}).values())
 
     def occupancy(self, node: str) -> dict[str, int]:
         """Jobs per GPU id on ``node``."""
         out: dict[str, int] = {}
-        for b in self.on_node(node):
+        for b in self.by_node.get(node, {}).values():
             for g in b.gpus:
                 out[g] = out.get(g, 0) + 1
         return out
@@ -121,6 +153,7 @@ class Extender:
         self._cache = SpeedCache(model, num_samples=num_samples, seed=seed)
         self._scores: dict[tuple[object, ...], tuple[float, tuple[str, ...]] | None] = {}
         self._pending: dict[str, PodRequest] = {}
+        self._views: dict[str, tuple[int, _View | None]] = {}
         self.seed = seed
 
     # ------------------------------------------------------------ helpers
@@ -143,9 +176,18 @@ class Extender:
             return list(by_name), by_name
         raise InputError("ExtenderArgs has neither Nodes nor NodeNames")
 
-    def _node_view(
-        self, node: str
-    ) -> tuple[Topology, ClusterState, dict[str, int]] | None:
+    def _node_view(self, node: str) -> _View | None:
+        version = self.book.node_version.get(node, 0)
+        hit = self._views.get(node)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        view = self._build_view(node)
+        if len(self._views) > 100_000:
+            self._views.clear()
+        self._views[node] = (version, view)
+        return view
+
+    def _build_view(self, node: str) -> _View | None:
         topo = self.topology_for(node)
         if topo is None:
             return None
@@ -157,14 +199,16 @@ class Extender:
                     reserved[g] = reserved.get(g, 0) + 1
             else:
                 running.append(Running(b.job, b.gpus))
-        return topo, ClusterState(tuple(running)), reserved
+        key = (id(topo), tuple(sorted((r.job.job, r.gpus) for r in running)),
+               tuple(sorted(reserved.items())))
+        return topo, ClusterState(tuple(running)), reserved, key
 
     def _fits(self, pod: PodRequest, node: str) -> str | None:
         """None if ``pod`` fits ``node`` by capacity, else why not."""
         view = self._node_view(node)
         if view is None:
             return f"no topology for node {node}"
-        topo, _, _ = view
+        topo = view[0]
         gpus = topo.gpus()
         if pod.gpus > len(gpus):
             return f"pod needs {pod.gpus} GPUs; node {node} has {len(gpus)}"
@@ -188,10 +232,8 @@ class Extender:
         view = self._node_view(node)
         if view is None:
             return None
-        topo, state, reserved = view
-        key = (id(topo), job.job, job.gpus, job.comm_share,
-               tuple(sorted((r.job.job, r.gpus) for r in state.running)),
-               tuple(sorted(reserved.items())))
+        topo, state, reserved, state_key = view
+        key = (job.job, job.gpus, job.comm_share, state_key)
         if key in self._scores:
             return self._scores[key]
         base = place(topo, self.model, [], state, policy=self.policy,
@@ -309,16 +351,14 @@ class Extender:
                                   key=lambda g: (occ.get(g, 0), topo.gpus().index(g)))
                     gpus = tuple(free[: pod.gpus])
             booking = Booking(key, node, gpus, job)
-            self.book.pods[key] = booking
-            self.book.version += 1
+            self.book.add(booking)
         if self.binder is not None:
             try:
                 self.binder(pod, node, gpus)
             except Exception as exc:
                 with self.book.lock:
                     if self.book.pods.get(key) is booking:
-                        del self.book.pods[key]
-                        self.book.version += 1
+                        self.book.remove(key)
                 return {"Error": f"binding {key} to {node} failed: {exc}"}
         self._pending.pop(key, None)
         return {"Error": ""}
@@ -354,17 +394,15 @@ class Extender:
         """Rebuild the book from pod objects (the API server's list); returns bookings made."""
         made = 0
         with self.book.lock:
-            self.book.pods.clear()
+            self.book.clear()
             for obj in pods:
                 req = parse_pod(obj)
                 if not req.node or req.phase in ("Succeeded", "Failed"):
                     continue
                 if not req.assigned_gpus and req.gpus:
                     continue  # not ours: bound by another scheduler, GPUs unknown
-                self.book.pods[req.key] = Booking(req.key, req.node, req.assigned_gpus,
-                                                  self._job(req))
+                self.book.add(Booking(req.key, req.node, req.assigned_gpus, self._job(req)))
                 made += 1
-            self.book.version += 1
         return made
 
     def observe(self, event_type: str, pod: Any) -> None:
@@ -373,13 +411,10 @@ class Extender:
         with self.book.lock:
             gone = event_type == "DELETED" or req.phase in ("Succeeded", "Failed")
             if gone:
-                if self.book.pods.pop(req.key, None) is not None:
-                    self.book.version += 1
+                self.book.remove(req.key)
                 return
             if req.node and req.assigned_gpus and req.key not in self.book.pods:
-                self.book.pods[req.key] = Booking(req.key, req.node, req.assigned_gpus,
-                                                  self._job(req))
-                self.book.version += 1
+                self.book.add(Booking(req.key, req.node, req.assigned_gpus, self._job(req)))
 
     def snapshot(self) -> dict[str, Any]:
         """The book as JSON: ``{node: {pod: "gpu,gpu"}}`` and its version."""
