@@ -3,10 +3,11 @@
 Run: ``python benchmarks/serve_load.py [--nodes 64] [--clients 1 8 32] [--requests 200]
 [--out results.json]``
 
-Starts the extender (uvicorn, standalone, 127.0.0.1 on a free port) for a ``--nodes``-node
+Starts ``interplace serve --standalone`` in its own process (127.0.0.1, a free port) for a
+``--nodes``-node
 cluster of DGX A100 (8 GPUs each: 512 GPUs for 64 nodes) with the model fitted on Gavel's V100
-measurements, pre-books half the GPUs with running pods (one per GPU, seeded types) so that
-scoring sees real co-runners, then, for each client count, sends ``--requests`` scheduling
+measurements, binds four one-GPU pods per node first (seeded types) so that scoring sees real
+co-runners, then, for each client count, sends ``--requests`` scheduling
 cycles (filter then prioritize over every node, ``nodeCacheCapable`` payloads, each pod a
 seeded Gavel job type with 1 GPU) from that many concurrent threads, and reports p50/p99 of
 the filter + prioritize pair. Then it binds 256 pods from 32 threads at once and checks that
@@ -20,7 +21,9 @@ import argparse
 import json
 import socket
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -29,12 +32,10 @@ from typing import Any
 
 import httpx2 as httpx
 import numpy as np
-import uvicorn
 
 from interplace.datasets import load_gavel
 from interplace.model import fit
-from interplace.serve import KEY_JOB_TYPE, Booking, Extender, build_app
-from interplace.topology import builtin
+from interplace.serve import KEY_JOB_TYPE
 
 
 def _free_port() -> int:
@@ -60,24 +61,33 @@ def main() -> None:
     deadline = time.monotonic() + 600
     model = fit(load_gavel("v100").data, seed=0)
     types = list(model.jobs)
-    topo = builtin("dgx-a100")
     nodes = [f"node-{k}" for k in range(args.nodes)]
-    ext = Extender(model, lambda n: topo, max_per_gpu=2)
-    rng = np.random.default_rng(0)
-    for n in nodes:  # half the GPUs already run one job
-        for g in topo.gpus()[::2]:
-            from interplace.placement import Job
-
-            key = f"load/{n}-{g}"
-            ext.book.add(Booking(key, n, (g,), Job(key, types[int(rng.integers(26))])))
+    tmp = Path(tempfile.mkdtemp(prefix="interplace-serve-"))
+    model.save(tmp / "model")
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(build_app(ext), host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
+    # The service in its own process, as deployed: the clients here do not share its GIL.
+    server = subprocess.Popen(
+        [sys.executable, "-m", "interplace.cli", "serve", "--model", str(tmp / "model"),
+         "--topology", "dgx-a100", "--standalone", "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
+    for _ in range(600):  # wait for it to listen
+        try:
+            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    rng = np.random.default_rng(0)
+    with httpx.Client(base_url=base, timeout=30) as c:  # half the GPUs already run one job
+        for n in nodes:
+            for k in range(4):
+                name = f"{n}-pre{k}"
+                c.post("/filter", json={"Pod": _pod(name, types[int(rng.integers(26))]),
+                                        "Nodes": None, "NodeNames": [n]})
+                r = c.post("/bind", json={"PodName": name, "PodNamespace": "load",
+                                          "PodUID": name, "Node": n})
+                assert r.json()["Error"] == "", r.text
     out: dict[str, Any] = {"command": " ".join(sys.argv), "nodes": args.nodes,
                            "gpus": 8 * args.nodes, "latency_ms": {}}
     try:
@@ -113,7 +123,8 @@ def main() -> None:
                 "requests": len(lat)}
             print(f"{clients} clients: p50 {out['latency_ms'][str(clients)]['p50']:.1f} ms, "
                   f"p99 {out['latency_ms'][str(clients)]['p99']:.1f} ms", file=sys.stderr)
-        before = len(ext.book.pods)
+        with httpx.Client(base_url=base, timeout=30) as c:
+            before = sum(len(v) for v in c.get("/state").json()["nodes"].values())
 
         def bind(k: int) -> str:
             with httpx.Client(base_url=base, timeout=30) as c:
@@ -125,22 +136,26 @@ def main() -> None:
 
         with ThreadPoolExecutor(32) as pool:
             errors = list(pool.map(bind, range(256)))
+        with httpx.Client(base_url=base, timeout=30) as c:
+            state = c.get("/state").json()["nodes"]
         per_gpu: dict[tuple[str, str], int] = {}
-        for b in ext.book.pods.values():
-            for g in b.gpus:
-                per_gpu[(b.node, g)] = per_gpu.get((b.node, g), 0) + 1
+        booked = 0
+        for n, pods in state.items():
+            for gpus in pods.values():
+                booked += 1
+                for g in gpus.split(","):
+                    per_gpu[(n, g)] = per_gpu.get((n, g), 0) + 1
         ok = sum(e == "" for e in errors)
         out["binds"] = {
             "attempted": 256, "succeeded": ok, "refused_full": 256 - ok,
-            "booked_after": len(ext.book.pods) - before,
+            "booked_after": booked - before,
             "max_pods_per_gpu": max(per_gpu.values()),
-            "lost_or_double_booked": int(len(ext.book.pods) - before != ok
-                                         or max(per_gpu.values()) > 2),
+            "lost_or_double_booked": int(booked - before != ok or max(per_gpu.values()) > 2),
         }
         print(json.dumps(out, indent=1))
     finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+        server.terminate()
+        server.wait(timeout=30)
     if args.out:
         Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
 
