@@ -260,6 +260,7 @@ class Problem:
         self._meas = cache.meas
         self._mean = cache.mean
         self._comm_best: dict[int, float] = {}
+        self._factors: dict[tuple[int, tuple[int, ...]], float] = {}
         self._comm_cache: dict[tuple[object, ...], float] = {}
         self._local_pos = {g: k for idx in machines.values() for k, g in enumerate(idx)}
         self.queries_answered = 0
@@ -537,7 +538,14 @@ class Problem:
         return h
 
     def comm_factor(self, i: int, gpus: Sequence[int]) -> float:
-        """Instance ``i``'s communication factor on ``gpus`` (:mod:`..._comm`)."""
+        """Instance ``i``'s communication factor on ``gpus`` (:mod:`..._comm`), memoised."""
+        key = (i, tuple(gpus))
+        hit = self._factors.get(key)
+        if hit is None:
+            hit = self._factors[key] = self._comm_factor(i, gpus)
+        return hit
+
+    def _comm_factor(self, i: int, gpus: Sequence[int]) -> float:
         n = len(gpus)
         share = self.jobs[i].comm_share
         if n <= 1 or share <= 0:
@@ -764,12 +772,15 @@ class Problem:
             out.append(g)
         return out
 
-    def gang_candidates(self, st: State, i: int, limit: int = 6) -> list[tuple[int, ...]]:
+    def gang_candidates(
+        self, st: State, i: int, limit: int | None = 6
+    ) -> list[tuple[int, ...]]:
         """Candidate GPU sets for a gang instance: inside one machine when it fits.
 
         Per machine with enough free GPUs, its sets with the cheapest all-reduce (ties: the
-        least loaded), at most ``limit`` per machine; machines in the same state contribute
-        once. A job larger than a machine takes whole machines with every GPU free.
+        least loaded), at most ``limit`` per machine (None: every set, for exact search);
+        machines in the same state contribute once. A job larger than a machine takes whole
+        machines with every GPU free.
         """
         n = self.jobs[i].gpus
         out: list[tuple[int, ...]] = []
@@ -793,10 +804,20 @@ class Problem:
                 out.append(tuple(free))
                 continue
             combos = list(itertools.combinations(free, n))
-            if len(combos) > 400:  # large machines: contiguous windows only
+            if len(combos) > 400 and limit is not None:  # large machines: contiguous windows
                 combos = [tuple(free[s : s + n]) for s in range(len(free) - n + 1)]
             combos.sort(key=lambda c: (self.comm_cost(c), sum(len(st.occ[g]) for g in c), c))
-            out.extend(combos[:limit])
+            if limit is None and not self.cross_gpu:
+                # GPUs holding the same job types are interchangeable when only a GPU's own
+                # jobs matter: keep one set per (ring cost, multiset of what its GPUs hold).
+                distinct: dict[tuple[object, ...], tuple[int, ...]] = {}
+                for c in combos:
+                    held = tuple(sorted(
+                        (self.reserved[g], *sorted(t[k] for k in st.occ[g])) for g in c
+                    ))
+                    distinct.setdefault((round(self.comm_cost(c), 12), held), c)
+                combos = list(distinct.values())
+            out.extend(combos if limit is None else combos[:limit])
         if n > self.machine_size:
             whole = [idx for idx in self.machines.values()
                      if all(self.can_host(st, i, g) for g in idx)]
@@ -804,15 +825,18 @@ class Problem:
             for s in range(0, len(whole) - need + 1):
                 gpus = [g for idx in whole[s : s + need] for g in idx][:n]
                 out.append(tuple(gpus))
-                if len(out) >= limit:
+                if limit is not None and len(out) >= limit:
                     break
         return out
 
-    def candidates(self, st: State, i: int) -> list[tuple[int, ...]]:
-        """Every candidate GPU tuple for instance ``i`` (see the two methods above)."""
+    def candidates(
+        self, st: State, i: int, *, exhaustive: bool = False
+    ) -> list[tuple[int, ...]]:
+        """Every candidate GPU tuple for instance ``i`` (see the two methods above);
+        ``exhaustive``: every GPU set of a gang, not only the cheapest few (exact search)."""
         if self.jobs[i].gpus == 1:
             return [(g,) for g in self.single_candidates(st, i)]
-        return self.gang_candidates(st, i)
+        return self.gang_candidates(st, i, limit=None if exhaustive else 6)
 
     def order(self) -> list[int]:
         """New instances, gangs first (largest first), then in the order given."""

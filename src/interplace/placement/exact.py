@@ -14,7 +14,10 @@ one exists places the most jobs (forbidden pairs can strand some), and its maxim
 the best objective (networkx's blossom algorithm, :math:`O(V^3)` per :math:`q`).
 
 *Branch and bound* otherwise: depth-first over the new jobs (gangs first), each either on one
-of its candidate GPU classes (interchangeable GPUs tried once) or pending; the incumbent starts
+of its candidate GPU classes (interchangeable GPUs tried once: GPUs that hold the same job
+types, and, for a gang, GPU sets with the same ring cost whose GPUs hold the same job types;
+exact when GPUs of equal standing are symmetric in the topology, as in every built-in) or
+pending; the incumbent starts
 at ``local-search``'s answer; a branch is cut when it cannot place more jobs than the incumbent
 or, placing as many, its bound cannot beat it. Because a co-runner never raises a job's speed
 (the model guarantees it), the bound is the objective of the jobs already placed, as they run
@@ -210,7 +213,7 @@ def _branch_and_bound(problem: Problem, seed: int, node_budget: int) -> State:
         if placed + remaining == best_placed and bound(pos) <= best_value + 1e-12:
             return
         i = order[pos]
-        options = problem.candidates(st, i)
+        options = problem.candidates(st, i, exhaustive=True)
         problem.prefetch(st, ({i: gpus} for gpus in options))
         scored = sorted(options, key=lambda gpus: -problem.gain(st, i, gpus))
         for gpus in scored:
