@@ -307,3 +307,28 @@ def test_manifests_match_the_client_models() -> None:
     assert ext["prioritizeVerb"] == "prioritize" and ext["bindVerb"] == "bind"
     assert ext["nodeCacheCapable"] is True and ext["ignorable"] is True
     assert ext["managedResources"][0]["name"] == "nvidia.com/gpu"
+
+
+def test_new_job_type_with_counters_goes_through_cold_start(
+    served: tuple[Any, list[str]],
+) -> None:
+    from interplace.serve import KEY_COUNTERS
+
+    model, jobs = served
+    ext, http = make(model, ["n1", "n2"])
+    sched = FakeScheduler(http)
+    # n1 already runs a job on every GPU; n2 is idle: a heavy newcomer belongs on n2.
+    for k in range(8):
+        busy = pod(f"b{k}", jobs[k % 4], 1)
+        http.post("/filter", json={"Pod": busy, "NodeNames": ["n1"]})
+        assert http.post("/bind", json={"PodName": f"b{k}", "PodNamespace": "ml",
+                                        "Node": "n1"}).json()["Error"] == ""
+    new = pod("new", "brand-new-net", 1)
+    new["metadata"]["annotations"] = {KEY_COUNTERS: "gpu_util_pct=90,mem_util_pct=70"}
+    scores = sched.prioritize(new, ["n1", "n2"])
+    assert scores["n2"] > scores["n1"] and scores["n2"] != NEUTRAL_SCORE * WEIGHT * 10
+    assert sched.schedule(new, ["n1", "n2"]) == "n2"
+    bad = pod("bad", "other-net", 1)
+    bad["metadata"]["annotations"] = {KEY_COUNTERS: "gpu_util_pct"}
+    r = http.post("/filter", json={"Pod": bad, "NodeNames": ["n1"]})
+    assert r.status_code == 400 and "metric=number" in r.json()["Error"]

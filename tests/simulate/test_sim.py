@@ -82,22 +82,24 @@ def test_same_seed_same_result(
 
 @settings(max_examples=15, deadline=None, derandomize=True)
 @given(case=cases())
-def test_oracle_beats_random_placement_on_total_work_rate(
+def test_oracle_is_never_beaten_by_more_than_noise(
     case: tuple[GroundTruth, list[SimJob], int, str],
 ) -> None:
     # The oracle (local search on the measured speeds, sharing only when it pays) against
-    # random placement at max 2 per GPU, on the same arrivals: with every job arriving at
-    # once, the oracle's first decision maximises the total speed, so its mean JCT is never
-    # far behind; "noise" here is the greedy nature of online decisions, bounded by 25%.
+    # the baselines at max 2 per GPU, on the same arrivals: with every job arriving at once,
+    # the oracle's first decision maximises the total speed, so its mean JCT is never far
+    # behind any of them; "noise" here is the myopia of online decisions (a total-speed
+    # optimum is not a JCT optimum), bounded by 25%.
     truth, jobs, _, _ = case
     burst = [SimJob(j.job_id, 0.0, 1, j.work_s, j.job_type) for j in jobs] * 1
     topo = builtin("pcie-8gpu")
     share = truth.speeds.can_share
     oracle = PlacementScheduler("o", topo, truth.speeds, "local-search", 2, 0.0, share)
-    rand = PlacementScheduler("r", topo, truth.speeds, "random", 2, None, share)
     a = simulate(burst, topo, truth, oracle).metrics()["avg_jct_s"]
-    b = simulate(burst, topo, truth, rand).metrics()["avg_jct_s"]
-    assert a <= 1.25 * b
+    for name in ("random", "spread", "pack", "greedy"):
+        other = PlacementScheduler(name, topo, truth.speeds, name, 2, None, share)
+        b = simulate(burst, topo, truth, other).metrics()["avg_jct_s"]
+        assert a <= 1.25 * b, name
 
 
 def test_ground_truth_and_errors(tmp_path: Path) -> None:

@@ -194,7 +194,7 @@ class Extender:
         running: list[Running] = []
         reserved: dict[str, int] = {}
         for b in self.book.on_node(node):
-            if b.job is None or b.job.job not in self.known:
+            if b.job is None or (b.job.job not in self.known and not b.job.counters):
                 for g in b.gpus:
                     reserved[g] = reserved.get(g, 0) + 1
             else:
@@ -220,12 +220,15 @@ class Extender:
         return None
 
     def _job(self, pod: PodRequest) -> Job | None:
-        if pod.job_type is None or pod.gpus == 0 or pod.job_type not in self.known:
+        """The pod as a placement job: a known type, or a new one with counters (cold start)."""
+        if pod.job_type is None or pod.gpus == 0:
+            return None
+        if pod.job_type not in self.known and not pod.counters:
             return None
         kwargs: dict[str, Any] = {}
         if pod.comm_share is not None:
             kwargs["comm_share"] = pod.comm_share
-        return Job(pod.key, pod.job_type, pod.gpus, pod.family, **kwargs)
+        return Job(pod.key, pod.job_type, pod.gpus, pod.family, counters=pod.counters, **kwargs)
 
     def _best(self, pod: PodRequest, job: Job, node: str) -> tuple[float, tuple[str, ...]] | None:
         """(predicted gain, GPUs) of the best placement of ``job`` on ``node``, or None."""
@@ -233,7 +236,7 @@ class Extender:
         if view is None:
             return None
         topo, state, reserved, state_key = view
-        key = (job.job, job.gpus, job.comm_share, state_key)
+        key = (job.job, job.gpus, job.comm_share, job.counters, state_key)
         if key in self._scores:
             return self._scores[key]
         base = place(topo, self.model, [], state, policy=self.policy,
@@ -291,8 +294,8 @@ class Extender:
         job = self._job(pod)
         if job is None:
             if pod.job_type is not None and pod.job_type not in self.known:
-                log.warning("pod %s: job type %r unknown to the model; neutral scores",
-                            pod.key, pod.job_type)
+                log.warning("pod %s: job type %r unknown to the model and no %s; neutral "
+                            "scores", pod.key, pod.job_type, "interplace.io/counters")
             return [{"Host": n, "Score": NEUTRAL_SCORE} for n in names]
         start = time.monotonic()
         out = []

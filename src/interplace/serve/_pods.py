@@ -23,6 +23,10 @@ KEY_JOB_TYPE = "interplace.io/job-type"
 """Label or annotation naming the pod's job type (one the model knows)."""
 KEY_FAMILY = "interplace.io/family"
 """Optional label or annotation: the job's family (informational)."""
+KEY_COUNTERS = "interplace.io/counters"
+"""Optional annotation: a new job type's isolated counter readings, ``metric=value`` pairs
+joined by commas (``"gpu_util_pct=85,mem_util_pct=40"``), which let the model place a type it
+was never fitted on through its cold-start path."""
 KEY_COMM_SHARE = "interplace.io/comm-share"
 """Optional annotation: a multi-GPU job's share of step time in all-reduce (0..1)."""
 ANNOTATION_GPUS = "interplace.io/gpus"
@@ -45,6 +49,7 @@ class PodRequest:
     family: str | None
     gpus: int
     comm_share: float | None
+    counters: tuple[tuple[str, float], ...] | None = None
     node: str | None = None
     assigned_gpus: tuple[str, ...] = ()
     phase: str = ""
@@ -115,6 +120,19 @@ def parse_pod(pod: Any) -> PodRequest:
             raise InputError(f"{KEY_COMM_SHARE} {share_text!r} is not a number") from None
         if not 0 <= share < 1:
             raise InputError(f"{KEY_COMM_SHARE} must be in [0, 1), not {share_text}")
+    counters = None
+    counter_text = _meta_value(meta, KEY_COUNTERS)
+    if counter_text is not None:
+        pairs = []
+        for part in counter_text.split(","):
+            name, sep, value = part.partition("=")
+            try:
+                pairs.append((name.strip(), float(value)))
+            except ValueError:
+                raise InputError(f"{KEY_COUNTERS}: {part!r} is not metric=number") from None
+            if not sep or not name.strip():
+                raise InputError(f"{KEY_COUNTERS}: {part!r} is not metric=number")
+        counters = tuple(sorted(pairs))
     annotations = meta.get("annotations") or {}
     assigned = annotations.get(ANNOTATION_GPUS) if isinstance(annotations, Mapping) else None
     status = pod.get("status") or {}
@@ -127,6 +145,7 @@ def parse_pod(pod: Any) -> PodRequest:
         family=_meta_value(meta, KEY_FAMILY),
         gpus=gpus,
         comm_share=share,
+        counters=counters,
         node=spec.get("nodeName") or None,
         assigned_gpus=tuple(g for g in str(assigned).split(",") if g) if assigned else (),
         phase=str(status.get("phase") or "") if isinstance(status, Mapping) else "",
