@@ -315,7 +315,7 @@ def test_new_job_type_with_counters_goes_through_cold_start(
     from interplace.serve import KEY_COUNTERS
 
     model, jobs = served
-    ext, http = make(model, ["n1", "n2"])
+    _, http = make(model, ["n1", "n2"])
     sched = FakeScheduler(http)
     # n1 already runs a job on every GPU; n2 is idle: a heavy newcomer belongs on n2.
     for k in range(8):
