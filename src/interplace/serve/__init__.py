@@ -7,8 +7,9 @@ names its job type with the label or annotation ``interplace.io/job-type`` and i
 the ``nvidia.com/gpu`` limit (a type the model never saw can bring its isolated counters in
 the annotation ``interplace.io/counters``, e.g. ``gpu_util_pct=85,mem_util_pct=40``: it is
 then placed by the model's cold-start path); the extender drops nodes it cannot fit, scores
-the rest by the predicted slowdown of the best placement there (for the pod and the pods already there), and on
-``bind`` records the chosen GPU ids on the pod (``interplace.io/gpus``) and creates the Binding.
+the rest by the predicted slowdown of the best placement there (for the pod and the pods
+already there), and on ``bind`` records the chosen GPU ids on the pod (``interplace.io/gpus``)
+and creates the Binding.
 The logic is :class:`Extender` (:mod:`._extender`), the HTTP face :func:`build_app`
 (:mod:`._app`, Starlette, the optional extra ``interplace[serve]``), the API server side
 :class:`KubeSync` (:mod:`._kube`, the official ``kubernetes`` client).
