@@ -394,6 +394,16 @@ class Problem:
         """A fresh version number (never reused)."""
         return next(self._clock)
 
+    def apply(self, st: State, moves: Mapping[int, tuple[int, ...] | None]) -> None:
+        """Make ``moves`` for good: each instance leaves its GPUs, then takes its new ones
+        (None: it becomes unplaced)."""
+        for i in moves:
+            if st.where[i] is not None:
+                self.unassign(st, i)
+        for i, target in moves.items():
+            if target is not None:
+                self.assign(st, i, target)
+
     def affected(self, st: State, gpus: Iterable[int]) -> set[int]:
         """Instances on ``gpus`` or on a GPU sharing a domain with one of them."""
         out: set[int] = set()

@@ -81,9 +81,4 @@ def repair(problem: Problem, st: State) -> None:
         if best is not None and problem.min_gain is not None and best_gain <= problem.min_gain:
             best = None  # placing it would not pay: it waits
         if best is not None:
-            for k in best:
-                if st.where[k] is not None:
-                    problem.unassign(st, k)
-            for k, target in best.items():
-                if target is not None:
-                    problem.assign(st, k, target)
+            problem.apply(st, best)

@@ -73,12 +73,7 @@ def improve(problem: Problem, st: State, *, seed: int = 0, max_passes: int = MAX
                 if g > best_gain + 1e-9:
                     best_moves, best_gain = moves, g
             if best_moves is not None:
-                for j in best_moves:
-                    if st.where[j] is not None:
-                        problem.unassign(st, j)
-                for j, gpus in best_moves.items():
-                    if gpus is not None:
-                        problem.assign(st, j, gpus)
+                problem.apply(st, best_moves)
                 improved = True
         # The exact re-matching makes small instances optimal; on large ones (one pass) its
         # windows of 8 random GPUs gain little (462.5 -> 467 of 494.9 on 544 jobs) for a
@@ -135,12 +130,7 @@ def _rematch(problem: Problem, st: State, rng: np.random.Generator) -> bool:
         if all(st.where[k] == moves[k] for k in moves):
             continue
         if sum(len(u) for u in units) > placed_now or problem.move_gain(st, moves) > 1e-9:
-            for k in moves:
-                if st.where[k] is not None:
-                    problem.unassign(st, k)
-            for k, where in moves.items():
-                if where is not None:
-                    problem.assign(st, k, where)
+            problem.apply(st, moves)
             improved = True
     return improved
 
