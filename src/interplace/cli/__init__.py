@@ -36,6 +36,7 @@ COMMANDS: tuple[str, ...] = (
     "serve",
     "stability",
     "demo",
+    "tune",
 )
 """The command modules of :mod:`interplace.cli`, in the order ``--help`` lists them."""
 

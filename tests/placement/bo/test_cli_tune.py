@@ -1,0 +1,211 @@
+"""``interplace tune``: trials appended as they finish, resuming, failures, batches, errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from interplace.cli import main
+
+SPACE = {"params": [{"name": "g0", "type": "choice", "values": [0, 1, 2, 4, 8]},
+                    {"name": "mps_pct", "type": "int", "low": 10, "high": 90},
+                    {"name": "x", "type": "float", "low": 0.0, "high": 1.0}]}
+
+# CMD: the trial's parameters on stdin, the objective on the last stdout line.
+OBJECTIVE = ("import json, sys; p = json.load(sys.stdin); print('log line');"
+             "print(p['g0'] * p['x'] - abs(p['mps_pct'] - 50) / 100)")
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def space(tmp_path: Path) -> Path:
+    f = tmp_path / "space.json"
+    f.write_text(json.dumps(SPACE))
+    return f
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def tune(capsys: pytest.CaptureFixture[str], space: Path, out: Path, budget: int,
+         code: str = OBJECTIVE, *extra: str) -> tuple[int, str, str]:
+    return run(capsys, "tune", "--space", str(space), "--budget", str(budget), "--maximize",
+               "--seed", "3", "--init", "4", *extra, "--out", str(out), "--",
+               sys.executable, "-c", code)
+
+
+def test_tune_writes_every_trial_in_space_order(capsys: pytest.CaptureFixture[str],
+                                                space: Path, tmp_path: Path) -> None:
+    out = tmp_path / "trials.csv"
+    code, stdout, err = tune(capsys, space, out, 6)
+    assert code == 0, err
+    assert out.read_text().splitlines()[0] == "g0,mps_pct,x,value,status,error"
+    got = rows(out)
+    assert len(got) == 6 and all(r["status"] == "ok" and r["error"] == "" for r in got)
+    for r in got:  # the value is what the command computed from these very params
+        expect = int(r["g0"]) * float(r["x"]) - abs(int(r["mps_pct"]) - 50) / 100
+        assert float(r["value"]) == pytest.approx(expect, abs=1e-12)
+    best = max(float(r["value"]) for r in got)
+    assert stdout.startswith(f"6 trial(s) in {out}") and f"best {best!r}" in stdout
+
+
+def test_rerunning_continues_and_matches_one_run(capsys: pytest.CaptureFixture[str],
+                                                 space: Path, tmp_path: Path) -> None:
+    one, two = tmp_path / "one.csv", tmp_path / "two.csv"
+    assert tune(capsys, space, one, 6)[0] == 0
+    assert tune(capsys, space, two, 4)[0] == 0
+    first = two.read_text()
+    code, stdout, err = tune(capsys, space, two, 6)
+    assert code == 0 and "continuing" in err and "4 finished trial(s) of 6" in err
+    assert two.read_text().startswith(first)  # appended, never rewritten
+    assert two.read_text() == one.read_text()  # and the same trials as one run of 6
+    code, stdout, _ = tune(capsys, space, two, 6)  # the budget is spent: nothing runs
+    assert code == 0 and "(0 run now" in stdout and len(rows(two)) == 6
+
+
+def test_failing_trials_are_recorded_reported_and_not_fatal(
+        capsys: pytest.CaptureFixture[str], space: Path, tmp_path: Path) -> None:
+    out = tmp_path / "trials.csv"
+    code = ("import json, sys; p = json.load(sys.stdin); g = p['g0']\n"
+            "if g == 0: sys.exit('no GPUs, no job')\n"
+            "print('nan' if g == 1 else 'done' if g == 2 else p['x'])")
+    status, stdout, err = run(capsys, "tune", "--space", str(space), "--budget", "8",
+                              "--seed", "0", "--init", "8", "--out", str(out), "--",
+                              sys.executable, "-c", code)
+    assert status == 0
+    got = rows(out)
+    assert len(got) == 8
+    for r in got:
+        g = int(r["g0"])
+        if g == 0:
+            assert r["status"] == "failed" and r["error"] == "exit status 1: no GPUs, no job"
+        elif g == 1:
+            assert r["status"] == "failed" and r["error"] == "the objective is nan"
+        elif g == 2:
+            assert r["error"] == "the last line of stdout is not a number: 'done'"
+        else:
+            assert r["status"] == "ok" and float(r["value"]) == float(r["x"])
+    n_failed = sum(r["status"] == "failed" for r in got)
+    assert n_failed >= 1 and err.count("failed:") == n_failed
+    assert f"{n_failed} failed now" in stdout
+
+
+def test_batch_runs_trials_in_parallel_and_the_budget_holds(
+        capsys: pytest.CaptureFixture[str], space: Path, tmp_path: Path) -> None:
+    out, log = tmp_path / "trials.csv", tmp_path / "log.txt"
+    code = ("import json, sys, time, os; p = json.load(sys.stdin)\n"
+            f"log = {str(log)!r}\n"
+            "open(log, 'a').write(f'start {time.monotonic()!r}\\n'); time.sleep(0.4)\n"
+            "open(log, 'a').write(f'end {time.monotonic()!r}\\n'); print(p['x'])")
+    status, _, err = tune(capsys, space, out, 5, code, "--batch", "2")
+    assert status == 0, err
+    assert len(rows(out)) == 5
+    events = sorted((float(t), kind == "start") for kind, t in
+                    (ln.split() for ln in log.read_text().splitlines()))
+    running = peak = 0
+    for _, start in events:
+        running += 1 if start else -1
+        peak = max(peak, running)
+    assert peak == 2  # two at a time (each sleeps 0.4 s, so started together they overlap)
+    assert sum(start for _, start in events) == 5
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ({"params": [{"name": "a", "type": "int", "low": 1}]}, "parameter 'a': missing 'high'"),
+    ({"params": [{"name": "b", "type": "float", "low": 2, "high": 1}]},
+     "parameter 'b': low 2 must be below high 1"),
+    ({"params": [{"name": "c", "type": "choice", "values": "abc"}]},
+     "parameter 'c': values must be a list"),
+])
+def test_a_malformed_space_is_one_line_naming_the_parameter(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, spec: object, message: str) -> None:
+    f = tmp_path / "space.json"
+    f.write_text(json.dumps(spec))
+    out = tmp_path / "trials.csv"
+    code, stdout, err = run(capsys, "tune", "--space", str(f), "--budget", "3", "--out",
+                            str(out), "--", "true")
+    assert code == 2 and stdout == ""
+    assert err.count("\n") == 1 and err.startswith("interplace: error: ") and message in err
+    assert not out.exists()
+
+
+def test_other_bad_input(capsys: pytest.CaptureFixture[str], space: Path,
+                         tmp_path: Path) -> None:
+    out = tmp_path / "trials.csv"
+    out.write_text("a,b,value,status,error\n1,2,3.0,ok,\n")
+    code, _, err = run(capsys, "tune", "--space", str(space), "--budget", "3", "--out",
+                       str(out), "--", "true")
+    assert code == 2 and "do not match the space" in err and err.count("\n") == 1
+    code, _, err = run(capsys, "tune", "--space", str(space), "--budget", "3", "--out",
+                       str(tmp_path / "new.csv"))
+    assert code == 2 and "no command given" in err
+    code, _, err = run(capsys, "tune", "--space", str(tmp_path / "none.json"), "--budget", "3",
+                       "--out", str(tmp_path / "new.csv"), "--", "true")
+    assert code == 2 and "none.json" in err
+    code, _, err = run(capsys, "tune", "--space", str(space), "--budget", "2", "--out",
+                       str(tmp_path / "nodir" / "t.csv"), "--", "true")
+    assert code == 2 and "output directory does not exist" in err
+    with pytest.raises(SystemExit):
+        main(["tune", "--space", str(space), "--budget", "0", "--out", "x.csv", "--", "true"])
+    capsys.readouterr()
+
+
+def test_a_missing_command_fails_every_trial_without_crashing(
+        capsys: pytest.CaptureFixture[str], space: Path, tmp_path: Path) -> None:
+    out = tmp_path / "trials.csv"
+    code, stdout, _ = run(capsys, "tune", "--space", str(space), "--budget", "2", "--out",
+                          str(out), "--", str(tmp_path / "no-such-program"))
+    assert code == 0 and "no trial succeeded" in stdout
+    assert [r["status"] for r in rows(out)] == ["failed", "failed"]
+    assert "cannot run" in rows(out)[0]["error"]
+
+
+def test_ctrl_c_loses_no_finished_trial(capsys: pytest.CaptureFixture[str], space: Path,
+                                        tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import time
+
+    out = tmp_path / "trials.csv"
+    code = "import json, sys, time; p = json.load(sys.stdin); time.sleep(0.3); print(p['x'])"
+    argv = [sys.executable, "-m", "interplace.cli", "tune", "--space", str(space), "--budget",
+            "50", "--init", "50", "--out", str(out), "--", sys.executable, "-c", code]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(rows(out)) < 3 if out.exists() else True:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130 and "interrupted" in err
+    kept = rows(out)
+    assert len(kept) >= 3 and all(r["status"] == "ok" for r in kept)
+    status, stdout, _ = tune(capsys, space, out, len(kept) + 1)
+    assert status == 0 and "(1 run now" in stdout and len(rows(out)) == len(kept) + 1
+
+
+def test_a_progress_bar_shows_the_best_so_far_on_a_terminal(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, space: Path,
+        tmp_path: Path) -> None:
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    code, _, err = tune(capsys, space, tmp_path / "t.csv", 3)
+    assert code == 0 and "tuning" in err and "best " in err and "3/3" in err
+    code, _, err = tune(capsys, space, tmp_path / "u.csv", 6, OBJECTIVE, "--quiet", "--noisy")
+    assert code == 0 and "tuning" not in err
