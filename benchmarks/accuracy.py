@@ -1,8 +1,20 @@
 """Held-out accuracy, calibration, counter denoising and fit time of the interference model.
 
 Run: ``python benchmarks/accuracy.py [--seeds 0 1 2] [--lucid ../shared/datasets/lucid]
-[--out results.json] [--parts gavel lucid denoise ablation] [--families none model]
-[--gavel v100 p100 k80]``
+[--out results.json] [--parts gavel lucid denoise ablation decision] [--families none model]
+[--gavel v100 p100 k80] [--workers 2] [--mixes 5]``
+
+Peers: every split also scores the peer predictors of :mod:`interplace.model._peers` on the
+same split (soft-impute matrix completion with inner-CV rank and shrinkage, scikit-learn
+gradient-boosted trees and interpret's EBM with 4 outer bags, on ids + isolated counters, and
+families when the split uses them), and reports their median MAE and the model's median MAE
+over the best peer's (``ratio_to_best_peer``).
+
+Decision (``decision``): for each seed, the exact best co-location of 12 and of 16 Gavel V100
+jobs (``--mixes`` seeded mixes of each) on the 8 GPUs of ``dgx-a100``, at most 2 per GPU,
+chosen on each predictor's speeds (the model's posterior means; each peer's predicted pair
+speeds), all fitted with 30% of the co-located runs held out, and scored with Gavel's
+*measured* speeds as a share of the measured optimum.
 
 For every data set and split it fits the model once per seed (the seed picks both the split
 and the fit) and reports, per seed and as the median over seeds: the model's held-out MAE,
@@ -39,25 +51,46 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing as mp
 import statistics
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from interplace.datasets import CoLocationData, load_gavel, load_lucid, synthetic
-from interplace.model import Hyper, cold_split, colocated_rows, evaluate, fit, row_queries
+from interplace.model import (
+    PEERS,
+    Hyper,
+    cold_split,
+    colocated_rows,
+    evaluate,
+    fit,
+    holdout_split,
+    row_queries,
+)
+
+
+def _evaluate_one(job: tuple[CoLocationData, str, int, str | None]) -> dict[str, Any]:
+    data, kind, seed, family = job
+    return evaluate(data, seed=seed, cold_jobs=8 if kind == "cold" else None, family=family)
 
 
 def split_results(
-    data: CoLocationData, kind: str, seeds: list[int], family: str | None = None
+    data: CoLocationData, kind: str, seeds: list[int], family: str | None = None,
+    workers: int = 1,
 ) -> dict[str, Any]:
-    runs = []
-    for seed in seeds:
-        r = evaluate(data, seed=seed, cold_jobs=8 if kind == "cold" else None, family=family)
-        runs.append(r)
+    jobs = [(data, kind, seed, family) for seed in seeds]
+    if workers > 1:
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+            runs = list(pool.map(_evaluate_one, jobs))
+    else:
+        runs = [_evaluate_one(j) for j in jobs]
+    for seed, r in zip(seeds, runs, strict=True):
         m = r["model"]
         fam = (
             ""
@@ -69,7 +102,9 @@ def split_results(
             f"  {data.name} {kind} family={family} seed {seed}: MAE {m['mae']:.4f}, best "
             f"baseline {r['best_baseline']} {r['baselines'][r['best_baseline']]['mae']:.4f}, "
             f"ratio {r['mae_ratio_to_best']:.3f}{fam}, coverage {m['coverage_90']:.3f}, "
-            f"fit {m['fit_seconds']:.1f} s",
+            f"fit {m['fit_seconds']:.1f} s; peers "
+            + ", ".join(f"{k} {v['mae']:.4f}" for k, v in r.get("peers", {}).items()
+                        if v["mae"] is not None),
             file=sys.stderr,
         )
 
@@ -86,11 +121,28 @@ def split_results(
                 r["mae_ratio_to_family_baseline"] for r in runs
             ],
         }
+    peer_names = [k for k, v in runs[0].get("peers", {}).items() if v["mae"] is not None]
+    peer_mae = {k: med([r["peers"][k]["mae"] for r in runs]) for k in peer_names}
+    best_peer = min(peer_mae, key=lambda k: peer_mae[k]) if peer_mae else None
+    peer_results: dict[str, Any] = {
+        "peer_mae": peer_mae,
+        "best_peer": best_peer,
+        # The target's ratio: the model's median MAE over the best peer's median MAE.
+        "ratio_to_best_peer": (
+            None if best_peer is None else med([r["model"]["mae"] for r in runs])
+            / peer_mae[best_peer]
+        ),
+        "ratio_to_best_peer_per_seed": [r.get("mae_ratio_to_best_peer") for r in runs],
+        "unavailable_peers": sorted(
+            k for k, v in runs[0].get("peers", {}).items() if v["mae"] is None
+        ),
+    }
     return {
         "data": data.name,
         "split": kind,
         "family": family,
         "seeds": seeds,
+        **peer_results,
         "test_rows": med([r["split"]["test_rows"] for r in runs]),
         "model_mae": med([r["model"]["mae"] for r in runs]),
         "baseline_mae": {
@@ -232,6 +284,69 @@ def fit_time(data: CoLocationData, repeats: int, family: str | None) -> dict[str
     }
 
 
+def _decision_one(job: tuple[int, int, tuple[int, ...]]) -> dict[str, Any]:
+    """One seed of the decision benchmark: every predictor's exact choice, scored on truth."""
+    from interplace.placement import Job, MeasuredSpeeds, place, score
+    from interplace.topology import builtin
+
+    seed, mixes, sizes = job
+    gavel = load_gavel("v100")
+    inf = [tuple(x) for x in gavel.infeasible.dropna().values.tolist()]
+    truth = MeasuredSpeeds.from_pairs(gavel.data.pairs(), forbidden=inf)
+    topo = builtin("dgx-a100")
+    train, _ = holdout_split(gavel.data, holdout_frac=0.3, seed=seed)
+    types = list(truth.jobs)
+    grid = pd.DataFrame([(a, b) for a in types for b in types], columns=["job", "co_runner"])
+    sources: dict[str, Any] = {"interplace": fit(train, seed=seed)}
+    for name, make in PEERS.items():
+        try:
+            peer = make(train, None, seed)
+        except Exception as exc:
+            print(f"  peer {name} unavailable: {exc}", file=sys.stderr)
+            continue
+        sources[name] = MeasuredSpeeds.from_pairs(
+            grid.assign(speed=np.maximum(peer.predict(grid), 0.0)), forbidden=inf
+        )
+    rng = np.random.default_rng(1000 + seed)
+    out: dict[str, list[float]] = {k: [] for k in sources}
+    for n in sizes:
+        for _ in range(mixes):
+            mix = [types[k] for k in rng.choice(len(types), n, replace=True)]
+            jobs = [Job(f"j{k}", t) for k, t in enumerate(mix)]
+            opt = score(topo, truth, place(topo, truth, jobs, policy="exact")).objective
+            for name, src in sources.items():
+                p = place(topo, src, jobs, policy="exact", can_share=truth.can_share, seed=seed)
+                out[name].append(score(topo, truth, p).objective / opt)
+    return {"seed": seed, "ratios": out}
+
+
+def decision(seeds: list[int], mixes: int, workers: int) -> dict[str, Any]:
+    """Decision quality per predictor: the exact best co-location of 12 and 16 Gavel V100
+    jobs on the 8 GPUs of dgx-a100 (at most 2 per GPU) chosen on each predictor's speeds
+    (fitted with 30% of the co-located runs held out, the seed picking split, fit and mixes),
+    scored with the measured speeds as a share of the measured optimum."""
+    jobs = [(seed, mixes, (12, 16)) for seed in seeds]
+    if workers > 1:
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+            per_seed = list(pool.map(_decision_one, jobs))
+    else:
+        per_seed = [_decision_one(j) for j in jobs]
+    names = list(per_seed[0]["ratios"])
+    summary = {}
+    for name in names:
+        allr = [x for r in per_seed for x in r["ratios"][name]]
+        seed_means = [float(np.mean(r["ratios"][name])) for r in per_seed]
+        summary[name] = {
+            "mean": float(np.mean(allr)),
+            "median_of_seed_means": float(statistics.median(seed_means)),
+            "min": float(np.min(allr)),
+            "seed_means": seed_means,
+        }
+        print(f"  decision {name}: mean {summary[name]['mean']:.4f}", file=sys.stderr)
+    return {"mixes_per_size": mixes, "sizes": [12, 16], "summary": summary,
+            "per_seed": per_seed}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -240,7 +355,7 @@ def main() -> None:
     ap.add_argument(
         "--parts",
         nargs="+",
-        choices=("gavel", "lucid", "denoise", "ablation"),
+        choices=("gavel", "lucid", "denoise", "ablation", "decision"),
         default=["gavel", "lucid", "denoise"],
         help="which parts to run (default: gavel lucid denoise; ablation: which family "
         "effects carry the Lucid cold-start gain)",
@@ -260,6 +375,8 @@ def main() -> None:
         help="fit without job families, with the runs' model column as families, or both "
         "(default: both)",
     )
+    ap.add_argument("--workers", type=int, default=1, help="seeds fitted in parallel processes")
+    ap.add_argument("--mixes", type=int, default=5, help="decision: job mixes per size and seed")
     ap.add_argument(
         "--cold-breakdown",
         action="store_true",
@@ -276,13 +393,15 @@ def main() -> None:
     for gpu in args.gavel if "gavel" in args.parts else ():
         for family in families:
             results["splits"].append(
-                split_results(load_gavel(gpu).data, "random", args.seeds, family)
+                split_results(load_gavel(gpu).data, "random", args.seeds, family, args.workers)
             )
     if "lucid" in args.parts and args.lucid.is_dir():
         lucid = load_lucid(args.lucid)
         for family in families:
             for kind in ("random", "cold"):
-                results["splits"].append(split_results(lucid, kind, args.seeds, family))
+                results["splits"].append(
+                    split_results(lucid, kind, args.seeds, family, args.workers)
+                )
         results["fit_time_lucid"] = [fit_time(lucid, len(args.seeds), f) for f in families]
     elif "lucid" in args.parts:
         print(f"  {args.lucid} not found: Lucid skipped", file=sys.stderr)
@@ -290,6 +409,8 @@ def main() -> None:
         results["family_ablation"] = family_ablation(load_lucid(args.lucid), args.seeds)
     if "denoise" in args.parts:
         results["denoise"] = denoise(args.seeds)
+    if "decision" in args.parts:
+        results["decision"] = decision(args.seeds, args.mixes, args.workers)
     text = json.dumps(results, indent=2)
     if args.out:
         args.out.write_text(text + "\n")

@@ -256,21 +256,45 @@ def test_another_format_version_is_refused(saved: Path, version: object) -> None
         InterferenceModel.load(saved)
 
 
-def test_a_version_2_model_still_loads(small_model: InterferenceModel, saved: Path) -> None:
-    # Version 3 only added job families; a version 2 directory is one without them (its
-    # hyper-parameters lack the family ones, which take their defaults).
+def test_a_version_2_model_still_loads(
+    small_model_rank0: InterferenceModel, tmp_path: Path
+) -> None:
+    # Version 3 only added job families, version 4 the pair term; a version 2 directory is one
+    # without either (its hyper-parameters lack theirs, which take their defaults).
+    saved = small_model_rank0.save(tmp_path / "model")
+
     def to_v2(meta: dict[str, Any]) -> None:
         meta["format_version"] = 2
         meta.pop("families")
-        meta["hyper"] = {k: v for k, v in meta["hyper"].items() if not k.startswith("family")}
+        meta["hyper"] = {
+            k: v for k, v in meta["hyper"].items() if not k.startswith(("family", "pair"))
+        }
 
     _edit_meta(saved, to_v2)
     loaded = InterferenceModel.load(saved)
-    assert loaded.families is None
-    q = _queries(small_model)
+    assert loaded.families is None and loaded.rank == 0
+    q = _queries(small_model_rank0)
     np.testing.assert_array_equal(
-        loaded.posterior_speed(q).speed.numpy(), small_model.posterior_speed(q).speed.numpy()
+        loaded.posterior_speed(q).speed.numpy(),
+        small_model_rank0.posterior_speed(q).speed.numpy(),
     )
+
+
+def test_a_version_3_model_loads_as_rank_0(
+    small_model_rank0: InterferenceModel, tmp_path: Path
+) -> None:
+    saved = small_model_rank0.save(tmp_path / "model")
+    _edit_meta(saved, lambda m: m.update(format_version=3))
+    assert InterferenceModel.load(saved).rank == 0
+
+
+def test_a_version_3_model_with_pair_tensors_is_refused(
+    small_model: InterferenceModel, saved: Path
+) -> None:
+    assert small_model.rank > 0
+    _edit_meta(saved, lambda m: m.update(format_version=3))
+    with pytest.raises(InputError, match="version 3 model has no pair term"):
+        InterferenceModel.load(saved)
 
 
 def test_a_missing_format_version_is_refused(saved: Path) -> None:

@@ -113,6 +113,22 @@ def add_fit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+def add_rank_arg(p: argparse.ArgumentParser) -> None:
+    """``--rank``: the largest rank of the model's low-rank pair term (fit and evaluate)."""
+    p.add_argument(
+        "--rank",
+        type=int_at_least(0),
+        metavar="L",
+        help="largest rank of the model's low-rank pair term; 0 fits the mechanism alone "
+        "(default: interplace.model.DEFAULT_RANK, 5)",
+    )
+
+
+def rank_kwargs(args: argparse.Namespace) -> dict[str, int]:
+    """``{"rank": L}`` when ``--rank`` was given, else nothing (the library's default)."""
+    return {} if args.rank is None else {"rank": args.rank}
+
+
 def summary(topo: Topology) -> str:
     machines = len(topo.machines())
     return (

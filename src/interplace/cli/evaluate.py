@@ -12,8 +12,10 @@ from interplace.cli._common import (
     Subparsers,
     add_fit_args,
     add_model_data_args,
+    add_rank_arg,
     int_at_least,
     open_fraction,
+    rank_kwargs,
     read_data,
 )
 from interplace.errors import atomic_write, check_output_file
@@ -44,6 +46,8 @@ def _run(args: argparse.Namespace) -> int:
         progress=sys.stderr.isatty() and not args.quiet,
         mode=args.mode,
         family=args.family,
+        fit_kwargs=rank_kwargs(args),
+        peers=not args.no_peers,
     )
     text = json.dumps(result, indent=2) + "\n"
     if out is not None:
@@ -58,9 +62,10 @@ def register(sub: Subparsers) -> None:
     at_least_1 = int_at_least(1)
     ev = sub.add_parser(
         "evaluate",
-        help="score the model on held-out runs against simple baselines",
+        help="score the model on held-out runs against baselines and peer predictors",
         description="Fit on a seeded split of the runs and print, as JSON, the model's MAE, 90%% "
-        "interval coverage and width on the held-out co-located runs, and the baselines' MAE.",
+        "interval coverage and width on the held-out co-located runs, the baselines' MAE and, "
+        "with the peers extra installed, the peer predictors' MAE (interplace[peers]).",
     )
     add_model_data_args(ev)
     split = ev.add_mutually_exclusive_group()
@@ -77,5 +82,11 @@ def register(sub: Subparsers) -> None:
         help="hold out every co-located run of N jobs (cold start)",
     )
     add_fit_args(ev)
+    add_rank_arg(ev)
+    ev.add_argument(
+        "--no-peers",
+        action="store_true",
+        help="leave out the peer predictors (matrix completion, boosted trees, EBM)",
+    )
     ev.add_argument("--out", metavar="JSON", help="also write the JSON to this file")
     ev.set_defaults(func=_run)

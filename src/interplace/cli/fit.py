@@ -7,7 +7,14 @@ import os
 import sys
 from pathlib import Path
 
-from interplace.cli._common import Subparsers, add_fit_args, add_model_data_args, read_data
+from interplace.cli._common import (
+    Subparsers,
+    add_fit_args,
+    add_model_data_args,
+    add_rank_arg,
+    rank_kwargs,
+    read_data,
+)
 from interplace.errors import InputError
 
 __all__ = ["register"]
@@ -15,7 +22,7 @@ __all__ = ["register"]
 
 
 def _run(args: argparse.Namespace) -> int:
-    from interplace.model import fit
+    from interplace.model import DEFAULT_RANK, fit
 
     out = Path(args.out)
     if not out.parent.is_dir():
@@ -42,6 +49,7 @@ def _run(args: argparse.Namespace) -> int:
         progress=sys.stderr.isatty() and not args.quiet,
         mode=args.mode,
         family=args.family,
+        rank=rank_kwargs(args).get("rank", DEFAULT_RANK),
     )
     model.save(out)
     info = model.info
@@ -73,4 +81,5 @@ def register(sub: Subparsers) -> None:
         "--device", default="cpu", choices=["cpu", "cuda"], help="where to fit (default: cpu)"
     )
     add_fit_args(fitp)
+    add_rank_arg(fitp)
     fitp.set_defaults(func=_run)

@@ -41,6 +41,16 @@ every resource; their speeds are unchanged. The extra draws come from a second g
 ``np.random.default_rng([seed, 1])``, so ``cross_gpu=0`` (the default) gives exactly the data
 of a call without it.
 
+*Pair effect.* With ``pair_rank`` :math:`L > 0` each co-runner's load on job :math:`j` is
+scaled by a low-rank pair factor, :math:`L_{jr} = d_{jr} + \sum_{k} e^{z_{jk}} d_{kr}`
+(over :math:`j`'s co-runners, same-GPU or, restricted to :math:`S_{ab}`, cross-GPU), with
+:math:`z = U W^\top`, :math:`U_{jl} \sim \mathcal N(0, \text{pair\_scale}^2)`,
+:math:`W_{kl} \sim \mathcal N(0, 1)`: some pairs interfere more, some less, than their
+demands say, as kernels interleave badly or well; the counters still read the plain sum
+:math:`\sum_k d_{kr}`. The draws come from a third generator,
+``np.random.default_rng([seed, 2])``, so ``pair_rank=0`` (the default) gives exactly the data
+of a call without it.
+
 Runs: every job alone (``"iso/<job>"``), then pairs (``"pair/<a>/<b>"``): ``pairs="all"``
 every unordered pair *including self-pairs* (two instances of one job), :math:`J(J+1)/2` runs;
 ``"distinct"`` without self-pairs, :math:`J(J-1)/2`; ``"random"`` each pair of ``"all"`` kept
@@ -84,8 +94,10 @@ observed ``t_s`` = :math:`k + o_h + \mathcal N(0, 0.02^2)` for the :math:`k`-th 
 with, for every runs row in row order, the tuple of resources it contends for with its
 co-runner, in ``resources`` order: all of them for a same-GPU pair, :math:`S_{ab}` for a
 cross-GPU pair, ``()`` for an isolated run), ``cross_gpu`` (the probability asked for),
-``samples`` (every generated sample before dropping: ``sample_id``, ``run_id``, ``host``,
-``device``, ``metric``, ``t_true_s``, ``true_value``, ``dropped``; the observed samples carry
+``pair_rank`` and ``pair_effect`` (the :math:`(J, J)` matrix :math:`z`, or None without a
+pair effect), ``samples`` (every generated sample before dropping: ``sample_id``,
+``run_id``, ``host``, ``device``, ``metric``, ``t_true_s``, ``true_value``, ``dropped``; the
+observed samples carry
 the same ``sample_id``) and the constants ``pcie_link_kbps`` and ``instructions_per_s``.
 :func:`~interplace.datasets.truth.write_truth` stores it beside the runs and
 :func:`~interplace.datasets.truth.read_truth` reads it back.
@@ -315,6 +327,8 @@ def synthetic(
     samples_per_run: int = 20,
     resources: tuple[str, ...] = ("gpu_compute", "gpu_membw", "pcie_h2d", "pcie_d2h", "host_cpu"),
     mode: str | None = None,
+    pair_rank: int = 0,
+    pair_scale: float = 0.5,
 ) -> CoLocationData:
     """Draw a :class:`~interplace.datasets.runs.CoLocationData` with ``truth`` filled.
 
@@ -327,6 +341,8 @@ def synthetic(
     bridge, so the pair contends only for what those GPUs share; it needs a ``topology`` with
     such a GPU pair. ``mode`` (one of :data:`~interplace.datasets.runs.MODES`) adds a ``mode``
     column with that value on every runs row and changes nothing else; ``None`` adds none.
+    ``pair_rank`` > 0 adds a low-rank pair effect (module docstring) of that rank, with
+    victim factors of spread ``pair_scale``.
 
     >>> a = synthetic(4, seed=1, pairs="distinct", samples_per_run=2)
     >>> b = synthetic(4, seed=1, pairs="distinct", samples_per_run=2)
@@ -398,6 +414,10 @@ def synthetic(
         isinstance(cross_gpu, int | float) and 0 <= cross_gpu <= 1
     ):
         raise InputError(f"cross_gpu must be a probability in [0, 1], not {cross_gpu!r}")
+    if isinstance(pair_rank, bool) or not isinstance(pair_rank, int) or pair_rank < 0:
+        raise InputError(f"pair_rank must be an integer >= 0, not {pair_rank!r}")
+    if not (isinstance(pair_scale, int | float) and math.isfinite(pair_scale) and pair_scale >= 0):
+        raise InputError(f"pair_scale must be a finite number >= 0, not {pair_scale!r}")
     gpu_ids, gpu_hosts = _placement(gpus, topology)
     cross_cand: list[tuple[int, int, tuple[str, ...]]] = []
     if cross_gpu > 0:
@@ -450,6 +470,15 @@ def synthetic(
         pick = xrng.integers(0, len(cross_cand), size=n_pair_runs)
         for i in np.flatnonzero(moved).tolist():
             cross[n_jobs + i] = cross_cand[int(pick[i])]
+    # Pair effect (its own generator, so pair_rank=0 leaves every draw above as is).
+    pair = np.ones((n_jobs, n_jobs))
+    pair_effect = None
+    if pair_rank > 0:
+        prng = np.random.default_rng([int(seed), 2])
+        u = prng.normal(0.0, pair_scale, size=(n_jobs, pair_rank))
+        w = prng.normal(0.0, 1.0, size=(n_jobs, pair_rank))
+        pair_effect = u @ w.T
+        pair = np.exp(pair_effect)
     all_res = tuple(resources)
     rows_run: list[int] = []
     rows_job: list[int] = []
@@ -459,25 +488,29 @@ def synthetic(
     loads = np.empty((n_runs, n_res))
     for r, members_r in enumerate(members):
         load = demand[list(members_r)].sum(axis=0)
-        loads[r] = load
+        loads[r] = load  # what the counters read: the pair effect is not in them
         if r in cross:
             gpu_a, gpu_b, shared = cross[r]
             mask = np.array([res in shared for res in resources])
             j, k = members_r
             for me, other, g in ((j, k, gpu_a), (k, j, gpu_b)):
-                own = demand[me] + np.where(mask, demand[other], 0.0)
+                own = demand[me] + np.where(mask, pair[me, other] * demand[other], 0.0)
                 rows_run.append(r)
                 rows_job.append(me)
                 rows_gpu.append(g)
                 rows_shared.append(shared)
                 speeds.append(contention_speed(demand[me], sensitivity[me], own))
             continue
-        for j in members_r:
+        for pos, j in enumerate(members_r):
             rows_run.append(r)
             rows_job.append(j)
             rows_gpu.append(int(gpu_of_run[r]))
             rows_shared.append(all_res if len(members_r) > 1 else ())
-            speeds.append(contention_speed(demand[j], sensitivity[j], load))
+            own = demand[j] + sum(
+                (pair[j, q] * demand[q] for i, q in enumerate(members_r) if i != pos),
+                np.zeros(n_res),
+            )
+            speeds.append(contention_speed(demand[j], sensitivity[j], own))
     speed = np.asarray(speeds)
     job_idx = np.asarray(rows_job)
     noise = np.exp(rng.normal(0.0, noise_speed, size=speed.size))
@@ -513,6 +546,8 @@ def synthetic(
         "speed": speed,
         "shared": rows_shared,
         "cross_gpu": float(cross_gpu),
+        "pair_rank": int(pair_rank),
+        "pair_effect": pair_effect,
         "pcie_link_kbps": PCIE_LINK_KBPS,
         "instructions_per_s": INSTRUCTIONS_PER_S,
     }

@@ -58,6 +58,26 @@ co-runners that leave the resource under capacity ("almost no interference"); an
 that each saturate the GPU (:math:`p = \theta = s = 1`) get :math:`1/2` each, three get
 :math:`1/3` ("time-slicing halves both").
 
+*Pair term (low rank).* The mechanism explains what counters and resources can; what is
+particular to a pair (two jobs whose kernels interleave badly, or unusually well) it cannot.
+So each co-runner's pressure on job :math:`j` is scaled by a low-rank pair factor,
+
+.. math::
+    L_{jr} = \sum_k \mathrm{share}_{jkr}\, p_{kr}\, e^{z_{jk}}, \qquad
+    z_{jk} = \sum_{l=1}^{L} u_{jl}\, w_{kl}, \quad
+    u_{jl} \sim \mathcal N(0, \lambda_l^2),\; w_{kl} \sim \mathcal N(0, 1),\;
+    \lambda_l \sim \mathrm{LogNormal}(\log 0.3,\, 1),
+
+as in Bayesian probabilistic matrix factorisation (victim factors :math:`u`, aggressor factors
+:math:`w`), with a shrinkage scale :math:`\lambda_l` per component, so components the data do
+not support shrink to zero (the learned rank; :math:`L` = ``fit(rank=...)``, default
+:data:`DEFAULT_RANK`; ``rank=0`` is the mechanism alone). Scaling pressure keeps every
+guarantee above: :math:`e^{z} > 0`, so an added co-runner still only adds load and
+:math:`v_j` never rises, and sharing across GPUs is scaled by what is shared exactly as the
+load is. Jobs measured next to many co-runners get their pair factors from those
+measurements (matrix completion inside the model); a job without co-located runs keeps the
+prior (:math:`z = 0` in the mean) and so the mechanism's cold-start prediction.
+
 *Speed measurements.* A measured speed divides a co-located throughput by the job's
 measured isolated throughput, whose own error is shared by every speed of that job, hence a
 per-job offset :math:`\beta_j`:
@@ -167,9 +187,18 @@ from interplace.model._evaluate import (
     score,
     solo_gpu_util,
 )
-from interplace.model._fit import fit
+from interplace.model._fit import DEFAULT_RANK, fit
 from interplace.model._fitted import FORMAT_VERSION, InterferenceModel, Query, SpeedPosterior
 from interplace.model._net import Hyper
+from interplace.model._peers import (
+    PEERS,
+    BoostedPeer,
+    SoftImpute,
+    fit_boosted_trees,
+    fit_ebm,
+    fit_soft_impute,
+    peer_maes,
+)
 from interplace.model._stability import (
     PERTURBATIONS,
     JobStability,
@@ -180,17 +209,21 @@ from interplace.model._stability import (
 from interplace.model._topo import DOMAIN_RESOURCES, shared_resources
 
 __all__ = [
+    "DEFAULT_RANK",
     "DEFAULT_RESOURCES",
     "DOMAIN_RESOURCES",
     "FORMAT_VERSION",
     "METRIC_FULL_SCALE",
     "METRIC_RESOURCE",
+    "PEERS",
     "PERTURBATIONS",
+    "BoostedPeer",
     "Hyper",
     "InterferenceModel",
     "JobStability",
     "Query",
     "Replicate",
+    "SoftImpute",
     "SpeedPosterior",
     "StabilityReport",
     "baselines",
@@ -200,8 +233,12 @@ __all__ = [
     "evaluate",
     "family_lookup",
     "fit",
+    "fit_boosted_trees",
+    "fit_ebm",
+    "fit_soft_impute",
     "holdout_split",
     "job_families",
+    "peer_maes",
     "row_queries",
     "score",
     "shared_resources",

@@ -277,8 +277,15 @@ def evaluate(
     fit_kwargs: dict[str, Any] | None = None,
     mode: str | None = None,
     family: FamilySpec | None = None,
+    peers: bool = True,
 ) -> dict[str, Any]:
     """Fit on a seeded split of ``data`` and score held-out speeds against the baselines.
+
+    With ``peers`` (default) the result also holds the peers' MAE on the same split
+    (:func:`~interplace.model.peer_maes`: matrix completion, boosted trees, EBM; given the
+    families when ``family`` is given; a peer whose optional extra is missing is listed as
+    unavailable), the best of them (``best_peer``) and the model's ratio to it
+    (``mae_ratio_to_best_peer``).
 
     ``cold_jobs`` (when given) holds out every co-located run of that many jobs; otherwise
     ``holdout_frac`` of the co-located runs are held out. The result is JSON-ready: the split,
@@ -328,4 +335,17 @@ def evaluate(
         out["family"] = model.info["family"]
         out["family_baseline"] = {"mae": fmae}
         out["mae_ratio_to_family_baseline"] = result["mae"] / fmae if fmae > 0 else None
+    if peers:
+        from interplace.model._peers import peer_maes
+
+        fam = model.family_map() if family is not None else None
+        peer = peer_maes(train, test, families=fam, seed=seed)
+        out["peers"] = peer
+        avail = {k: v["mae"] for k, v in peer.items() if v["mae"] is not None}
+        if avail:
+            best_peer = min(avail, key=lambda k: avail[k])
+            out["best_peer"] = best_peer
+            out["mae_ratio_to_best_peer"] = (
+                result["mae"] / avail[best_peer] if avail[best_peer] > 0 else None
+            )
     return out

@@ -30,11 +30,15 @@ from interplace.model._data import (
     select_mode,
 )
 from interplace.model._fitted import InterferenceModel
-from interplace.model._net import FAMILY_SITES, SITES, Hyper, InterferenceNet
+from interplace.model._net import FAMILY_SITES, PAIR_SITES, SITES, Hyper, InterferenceNet
 from interplace.model._topo import share_table
 from interplace.topology import Topology
 
-__all__ = ["fit"]
+__all__ = ["DEFAULT_RANK", "fit"]
+
+DEFAULT_RANK = 5
+"""Components of the low-rank pair term a fit allows by default (their shrinkage prior switches
+off those the data do not support)."""
 
 _WINDOW = 100
 
@@ -102,6 +106,7 @@ def fit(
     progress: bool = False,
     mode: str | None = None,
     family: FamilySpec | None = None,
+    rank: int = DEFAULT_RANK,
 ) -> InterferenceModel:
     """Fit the interference model of :mod:`interplace.model` to ``data`` by SVI.
 
@@ -126,6 +131,10 @@ def fit(
     without a family keeps the plain prior. ``info["family"]`` records the column, or
     ``"mapping"``.
 
+    ``rank`` is the largest rank of the low-rank pair term (:mod:`interplace.model`); 0 fits
+    the mechanism alone. Each component has its own shrinkage scale, so components the data do
+    not support shrink towards zero.
+
     ``topology`` is needed only when a run places its jobs on different devices (its
     :meth:`~interplace.topology.Topology.domains` decide which resources they share). ``device``
     is ``cpu`` or ``cuda``; the returned model always lives on the CPU. ``progress`` shows a
@@ -148,6 +157,8 @@ def fit(
     resources = tuple(resources)
     if not resources or len(set(resources)) != len(resources):
         raise InputError(f"resources must be distinct and at least one, not {resources!r}")
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        raise InputError(f"rank must be an integer >= 0, not {rank!r}")
     hyper = hyper or Hyper()
     dev = _check_device(device)
     data = select_mode(data, mode)
@@ -163,6 +174,22 @@ def fit(
     families = None if family is None else job_families(data, jobs, family)
     tensors = _tensors(obs, counters, resources, dev)
     init_demand = _initial_demand(counters, len(jobs), resources, hyper, seed).to(dev)
+    pair_init: dict[str, torch.Tensor] = {}
+    if rank > 0:
+        # Bilinear factors at zero are a saddle (each one's gradient is the other): start them
+        # small and scattered, seeded.
+        rng = np.random.default_rng([seed, 1])
+        pair_init = {
+            "pair_u": torch.as_tensor(
+                0.05 * rng.standard_normal((len(jobs), rank)), dtype=torch.float64, device=dev
+            ),
+            "pair_w": torch.as_tensor(
+                0.5 * rng.standard_normal((len(jobs), rank)), dtype=torch.float64, device=dev
+            ),
+            "pair_scale": torch.full(
+                (rank,), math.exp(hyper.pair_scale_loc), dtype=torch.float64, device=dev
+            ),
+        }
     start = time.perf_counter()
     losses: list[float] = []
     stopped_early = False
@@ -180,7 +207,7 @@ def fit(
                     idx, n_fam = family_index(families)
                     fam_t = torch.as_tensor(idx, device=dev)
                 net = InterferenceNet(
-                    len(jobs), len(resources), len(counters.metrics), hyper, fam_t, n_fam
+                    len(jobs), len(resources), len(counters.metrics), hyper, fam_t, n_fam, rank
                 )
                 guide = AutoNormal(
                     net,
@@ -193,6 +220,7 @@ def fit(
                             ),
                             "sens_eps": torch.zeros_like(init_demand),
                             "log_intensity": torch.zeros_like(init_demand),
+                            **pair_init,
                         },
                         fallback=init_to_median(num_samples=15),
                     ),
@@ -243,13 +271,21 @@ def fit(
                         getattr(guide.locs, name).detach().to("cpu", torch.float64).clone(),
                         getattr(guide.scales, name).detach().to("cpu", torch.float64).clone(),
                     )
-                    for name in (*SITES, *(FAMILY_SITES if families is not None else ()))
+                    for name in (
+                        *SITES,
+                        *(FAMILY_SITES if families is not None else ()),
+                        *(PAIR_SITES if rank > 0 else ()),
+                    )
                 }
     finally:
         torch.set_num_threads(threads)
     seconds = time.perf_counter() - start
     with_pairs = sorted({jobs[j] for j in obs.job.tolist()})
     with_counters = sorted({jobs[j] for _, j in counters.solo(len(jobs))})
+    cross_device = 0
+    if "device" in data.runs.columns:
+        spans = data.runs.dropna(subset=["device"]).groupby("run_id")["device"].nunique()
+        cross_device = int((spans > 1).sum())
     info = {
         "data": data.name,
         "seed": seed,
@@ -264,6 +300,8 @@ def fit(
         "jobs_with_isolated_counters": with_counters,
         "device": str(dev),
         "mode": mode,
+        "rank": rank,
+        "cross_device_runs": cross_device,
         "family": None if family is None else family if isinstance(family, str) else "mapping",
     }
     return InterferenceModel(

@@ -21,6 +21,7 @@ from interplace.errors import InputError
 from interplace.model._data import METRIC_RESOURCE, counters_from_samples, family_index
 from interplace.model._net import (
     FAMILY_SITES,
+    PAIR_SITES,
     SITES,
     Hyper,
     counter_mean,
@@ -36,14 +37,16 @@ __all__ = [
     "SpeedPosterior",
 ]
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """Version of the saved model directory layout (``model.json`` + ``posterior.safetensors``).
 
 Version 2 added the intensity sites (``log_intensity``, ``intensity_sd``); version 1 models
 are refused (refit them). Version 3 added job families (the ``families`` list, the family
-sites and their hyper-parameters); version 2 models, which have none, load unchanged."""
+sites and their hyper-parameters); version 2 models, which have none, load unchanged.
+Version 4 added the low-rank pair term (the sites of :data:`~interplace.model._net.PAIR_SITES`
+and their hyper-parameters); version 2 and 3 models, which have none, load as rank 0."""
 
-_READS = (2, 3)
+_READS = (2, 3, 4)
 
 _META = "model.json"
 _WEIGHTS = "posterior.safetensors"
@@ -192,6 +195,14 @@ class InterferenceModel:
             shapes["family_sd"] = (3 * n_res + 1,)
             shapes["family_effect"] = (n_fam, 3 * n_res + 1)
             expected |= set(FAMILY_SITES)
+        if "pair_u" in self.posterior:
+            rank = int(self.posterior["pair_u"][0].shape[-1])
+            if rank < 1:
+                raise InputError("posterior site pair_u has rank 0 (leave the pair sites out)")
+            shapes["pair_scale"] = (rank,)
+            shapes["pair_u"] = (n_jobs, rank)
+            shapes["pair_w"] = (n_jobs, rank)
+            expected |= set(PAIR_SITES)
         if set(self.posterior) != expected:
             raise InputError(
                 f"posterior has sites {sorted(self.posterior)}, expected {sorted(expected)}"
@@ -222,7 +233,7 @@ class InterferenceModel:
             raise InputError(f"num_samples must be an integer >= 2, not {num_samples!r}")
         gen = torch.Generator().manual_seed(int(seed))
         out = {}
-        support = {**SITES, **FAMILY_SITES}
+        support = {**SITES, **FAMILY_SITES, **PAIR_SITES}
         for name in self._site_names():  # fixed order: the same seed gives the same draws
             loc, scale = self.posterior[name]
             eps = torch.randn((num_samples, *loc.shape), generator=gen, dtype=torch.float64)
@@ -243,9 +254,18 @@ class InterferenceModel:
         families = self.families or (None,) * len(self.jobs)
         return dict(zip(self.jobs, families, strict=True))
 
+    @property
+    def rank(self) -> int:
+        """Rank of the model's low-rank pair term (0: the mechanism alone)."""
+        return int(self.posterior["pair_u"][0].shape[-1]) if "pair_u" in self.posterior else 0
+
     def _site_names(self) -> tuple[str, ...]:
-        """The model's latent sites in their fixed order (family sites last)."""
-        return (*SITES, *(FAMILY_SITES if self.families is not None else ()))
+        """The model's latent sites in their fixed order (family, then pair sites last)."""
+        return (
+            *SITES,
+            *(FAMILY_SITES if self.families is not None else ()),
+            *(PAIR_SITES if self.rank > 0 else ()),
+        )
 
     def demand(self, num_samples: int = 500, seed: int = 0) -> pd.DataFrame:
         """Posterior median demand of each job (rows) on each resource (columns)."""
@@ -335,7 +355,10 @@ class InterferenceModel:
             if not part:
                 break
             job, co, share = self._encode(part)
-            ls = log_speed(press, sens, d["threshold"], job, co, share.to(torch.float64))
+            ls = log_speed(
+                press, sens, d["threshold"], job, co, share.to(torch.float64),
+                d.get("pair_u"), d.get("pair_w"),
+            )
             # Speeds are relative to the job's recorded isolated throughput, whose error
             # (beta_j) every speed of the job shares, alone or not.
             chunks.append(ls + d["iso_bias"].index_select(-1, job))
@@ -522,7 +545,9 @@ class InterferenceModel:
             "metrics": list(self.metrics),
             "full_scale": list(self.full_scale),
             "hyper": dict(self.hyper.__dict__),
-            "sites": {n: {**SITES, **FAMILY_SITES}[n] for n in self._site_names()},
+            "sites": {
+                n: {**SITES, **FAMILY_SITES, **PAIR_SITES}[n] for n in self._site_names()
+            },
             "families": None if self.families is None else list(self.families),
             "info": _jsonable(dict(self.info)),
         }
@@ -596,7 +621,14 @@ class InterferenceModel:
                             f"{meta_path}: families[{i}] must be a name or null, not {f!r}"
                         )
                 families = tuple(raw_families)
-            names = (*SITES, *(FAMILY_SITES if families is not None else ()))
+            has_pair = any(k.split(".")[0] in PAIR_SITES for k in tensors)
+            if has_pair and version < 4:
+                raise InputError(f"{meta_path}: a version {version} model has no pair term")
+            names = (
+                *SITES,
+                *(FAMILY_SITES if families is not None else ()),
+                *(PAIR_SITES if has_pair else ()),
+            )
             posterior = {}
             for name in names:
                 posterior[name] = (

@@ -18,6 +18,7 @@ from pyro.nn import PyroModule
 __all__ = [
     "FAMILY_SITES",
     "KAPPA",
+    "PAIR_SITES",
     "SITES",
     "Hyper",
     "InterferenceNet",
@@ -62,6 +63,16 @@ FAMILY_SITES: dict[str, str] = {
 }
 """The extra latent sites of a model fitted with job families (see :func:`family_centres`)."""
 
+PAIR_SITES: dict[str, str] = {
+    "pair_scale": "positive",
+    "pair_u": "real",
+    "pair_w": "real",
+}
+"""The extra latent sites of a model with a low-rank pair term (``rank > 0``).
+
+``pair_u``, ``pair_w``: ``(J, rank)`` victim and aggressor factors; ``pair_scale``: ``(rank,)``
+the spread of each component's victim factors (its shrinkage)."""
+
 
 @dataclass(frozen=True)
 class Hyper:
@@ -91,6 +102,8 @@ class Hyper:
     family_intensity_sd_loc: float = math.log(0.3)
     family_bias_sd_loc: float = math.log(0.03)
     family_sd_scale: float = 0.5
+    pair_scale_loc: float = math.log(0.3)
+    pair_scale_scale: float = 1.0
 
     def __post_init__(self) -> None:
         for name, value in self.__dict__.items():
@@ -171,6 +184,8 @@ def log_speed(
     job: torch.Tensor,
     co: torch.Tensor,
     share: torch.Tensor,
+    pair_u: torch.Tensor | None = None,
+    pair_w: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Log speed of each queried job next to its co-runners, shape ``(..., N)``.
 
@@ -181,7 +196,11 @@ def log_speed(
 
     .. math:: \\log v_n = -\\sum_r \\log\\bigl(1 + s_{jr}\\, [\\,\\mathrm{sp}(p_{jr} + L_{nr}
               - \\theta_r) - \\mathrm{sp}(p_{jr} - \\theta_r)\\,]\\bigr),
-              \\quad L_{nr} = \\sum_k \\mathrm{share}_{nkr}\\, p_{c_{nk} r}.
+              \\quad L_{nr} = \\sum_k \\mathrm{share}_{nkr}\\, p_{c_{nk} r}\\,
+              e^{z_{j c_{nk}}},
+
+    with the pair term :math:`z_{jk} = u_j \\cdot w_k` when ``pair_u``, ``pair_w``
+    (``(..., J, rank)``) are given, and :math:`z = 0` otherwise.
     """
     batch = pressure.shape[:-2]
     n_res = pressure.shape[-1]
@@ -189,6 +208,12 @@ def log_speed(
     d_pad = torch.cat([pressure, pad], dim=-2)
     n, k = co.shape
     d_co = d_pad.index_select(-2, co.reshape(-1)).reshape(*batch, n, k, n_res)
+    if pair_u is not None and pair_w is not None:
+        rank = pair_u.shape[-1]
+        w_pad = torch.cat([pair_w, pair_w.new_zeros(*batch, 1, rank)], dim=-2)
+        w_co = w_pad.index_select(-2, co.reshape(-1)).reshape(*batch, n, k, rank)
+        z = (pair_u.index_select(-2, job).unsqueeze(-2) * w_co).sum(-1)  # (..., N, K)
+        d_co = d_co * z.exp().unsqueeze(-1)
     load = (d_co * share).sum(-2)  # (..., N, R)
     d_j = pressure.index_select(-2, job)  # (..., N, R)
     s_j = sens.index_select(-2, job)
@@ -240,8 +265,12 @@ class InterferenceNet(PyroModule):
         hyper: Hyper,
         family: torch.Tensor | None = None,
         n_families: int = 0,
+        rank: int = 0,
     ) -> None:
         super().__init__()
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+            raise ValueError(f"rank must be an integer >= 0, not {rank!r}")
+        self.rank = rank
         self.n_jobs = n_jobs
         self.n_res = n_res
         self.n_metrics = max(n_metrics, 1)
@@ -333,14 +362,22 @@ class InterferenceNet(PyroModule):
             metric_noise = pyro.sample(
                 "metric_noise", dist.LogNormal(c(h.metric_noise_loc), c(h.metric_noise_scale))
             )
+        pair_u, pair_w = None, None
+        if self.rank > 0:
+            with pyro.plate("pair_components", self.rank, dim=-1):
+                pair_scale = pyro.sample(
+                    "pair_scale", dist.LogNormal(c(h.pair_scale_loc), c(h.pair_scale_scale))
+                )
+                with pyro.plate("pair_jobs", self.n_jobs, dim=-2):
+                    pair_u = pyro.sample("pair_u", dist.Normal(zero, pair_scale))
+                    pair_w = pyro.sample("pair_w", dist.Normal(zero, c(1.0)))
         demand = log_demand.exp()
         sens = sensitivity(log_demand, sens_eps, sens_loc, sens_slope, sens_scale)
         if job.shape[0] > 0:
             loc = log_speed(
-                pressure(log_demand, log_intensity), sens, threshold, job, co, share
-            ) + iso_bias.index_select(
-                -1, job
-            )
+                pressure(log_demand, log_intensity), sens, threshold, job, co, share,
+                pair_u, pair_w,
+            ) + iso_bias.index_select(-1, job)
             with pyro.plate("observations", job.shape[0], dim=-1):
                 pyro.sample("log_speed", dist.StudentT(c(h.speed_df), loc, speed_noise), obs=log_y)
         if metric.shape[0] > 0:

@@ -15,11 +15,14 @@ reading :math:`u_{m}` (a share of full scale) of each metric :math:`m` on resour
 
 .. math::
     \epsilon_{nr} \sim \mathcal N(0, 1), \quad \eta_{nr} \sim \mathcal N(0, \hat\varsigma_r^2),
-    \quad \beta_n \sim \mathcal N(0, \hat\omega^2),
+    \quad \beta_n \sim \mathcal N(0, \hat\omega^2), \quad
+    u_{nl} \sim \mathcal N(0, \hat\lambda_l^2), \quad w_{nl} \sim \mathcal N(0, 1)
 
-with hats the posterior means of the population's latents (:math:`\hat\mu_r` the demand
-location, :math:`s_{\mu r}` its posterior sd, :math:`\hat\sigma_r` the demand spread,
-:math:`\hat\varsigma_r` the intensity spread, :math:`\hat\omega` the reference-error scale).
+(the last two only for a model with a pair term of rank :math:`L`; :math:`\hat\lambda_l` its
+components' spreads), with hats the posterior means of the population's latents
+(:math:`\hat\mu_r` the demand location, :math:`s_{\mu r}` its posterior sd,
+:math:`\hat\sigma_r` the demand spread, :math:`\hat\varsigma_r` the intensity spread,
+:math:`\hat\omega` the reference-error scale).
 That is the model's own prior for a job given a counter reading with the fit's 5%-of-full-scale
 noise, conditioned on the population but not feeding back into it (a refit would also learn
 from the new job; with one isolated run it has nothing else to teach). A saturated counter
@@ -40,7 +43,7 @@ from interplace.model import METRIC_FULL_SCALE, METRIC_RESOURCE, InterferenceMod
 
 __all__ = ["COLD_SITES", "with_cold_jobs"]
 
-COLD_SITES = ("log_demand", "sens_eps", "log_intensity", "iso_bias")
+COLD_SITES = ("log_demand", "sens_eps", "log_intensity", "iso_bias", "pair_u", "pair_w")
 """The per-job latent sites a cold job gets a row of; a model with any other per-job site
 (a later model format) is refused rather than extended wrongly."""
 
@@ -92,7 +95,10 @@ def with_cold_jobs(
     bias_scale = mean_of("iso_bias_scale").exp().reshape(())
     prior_scale = torch.sqrt(demand_sd**2 + mu_scale**2)
     names = []
-    rows: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {s: [] for s in COLD_SITES}
+    rows: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {
+        s: [] for s in COLD_SITES if s in post
+    }
+    pair_scale = mean_of("pair_scale").exp() if "pair_scale" in post else None
     for job, readings in counters.items():
         if not isinstance(job, str) or not job.strip() or job != job.strip():
             raise InputError(f"cold job names must be non-empty names, not {job!r}")
@@ -121,6 +127,10 @@ def with_cold_jobs(
         rows["iso_bias"].append(
             (torch.zeros((), dtype=torch.float64), bias_scale.clone())
         )
+        if pair_scale is not None:
+            # The pair term's prior: factors centred on zero, so the mechanism predicts.
+            rows["pair_u"].append((torch.zeros_like(pair_scale), pair_scale.clone()))
+            rows["pair_w"].append((torch.zeros_like(pair_scale), torch.ones_like(pair_scale)))
         names.append(job)
     for site, new in rows.items():
         old_loc, old_scale = post[site]

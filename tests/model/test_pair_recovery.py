@@ -1,0 +1,94 @@
+"""Recovery of a known low-rank pair effect: its rank, the effects themselves, held-out speeds.
+
+Two synthetic data sets of 12 jobs with a rank-2 pair effect (``pair_rank=2``, victim factors
+of spread 0.7: pair factors :math:`e^{z}` between about 0.2 and 5), every pair and self-pair run
+once (78 co-located runs, 156 speed rows each). The model allows rank 5 (the default).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from interplace.datasets import CoLocationData, synthetic
+from interplace.model import (
+    DEFAULT_RANK,
+    InterferenceModel,
+    fit,
+    holdout_split,
+    row_queries,
+)
+
+pytestmark = pytest.mark.slow  # four fits of 12 jobs: ~80 s on two cores
+
+DATA_SEEDS = (21, 22)
+TRUE_RANK = 2
+PAIR_SCALE = 0.7
+
+
+@dataclass
+class Case:
+    data: CoLocationData
+    model: InterferenceModel
+
+
+@pytest.fixture(scope="module")
+def cases() -> list[Case]:
+    out = []
+    for seed in DATA_SEEDS:
+        data = synthetic(12, seed=seed, pair_rank=TRUE_RANK, pair_scale=PAIR_SCALE,
+                         samples_per_run=10)
+        out.append(Case(data, fit(data, seed=0)))
+    return out
+
+
+def _double_centred(z: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """``z`` less its row and column means: the part no per-job term can absorb (a victim's
+    overall sensitivity and an aggressor's overall pressure are the mechanism's)."""
+    return z - z.mean(-1, keepdims=True) - z.mean(-2, keepdims=True) + z.mean((-1, -2),
+                                                                              keepdims=True)
+
+
+def _effects(model: InterferenceModel) -> np.ndarray[Any, Any]:
+    d = model.draws(1000, seed=1)
+    return torch.einsum("sjl,skl->sjk", d["pair_u"], d["pair_w"]).numpy()
+
+
+def test_the_posterior_finds_the_rank(cases: list[Case]) -> None:
+    # Each component's shrinkage scale: the true components' victim factors have spread 0.7;
+    # a component the data do not support shrinks to its prior's floor (about 0.05 in
+    # exploratory fits). 0.3 separates the two by a factor of more than 2 on either side.
+    for c in cases:
+        scales = c.model.draws(1000, seed=1)["pair_scale"].median(0).values.numpy()
+        assert len(scales) == DEFAULT_RANK
+        assert int((scales > 0.3).sum()) == TRUE_RANK, scales
+
+
+def test_the_pair_effects_are_recovered(cases: list[Case]) -> None:
+    # 144 double-centred effects per data set. Exploratory fits correlate at 0.98-0.99 with
+    # the truth; 0.9 leaves room for another SVI path, and an unrecovered effect (rank 0, or
+    # the wrong pairs) correlates near 0.
+    for c in cases:
+        assert c.data.truth is not None
+        truth = _double_centred(c.data.truth["pair_effect"])
+        post = _double_centred(_effects(c.model)).mean(0)
+        assert np.corrcoef(post.ravel(), truth.ravel())[0, 1] > 0.9
+
+
+def test_the_pair_term_beats_the_mechanism_alone_on_held_out_pairs() -> None:
+    # Same data, split and fit seed; only the rank differs. The pair effect moves speeds by
+    # up to a factor of 5 in pressure, which no per-job term can express, so the rank-0 model
+    # must be clearly worse (exploratory: MAE 0.29 against 0.12).
+    data = synthetic(12, seed=DATA_SEEDS[0], pair_rank=TRUE_RANK, pair_scale=PAIR_SCALE,
+                     samples_per_run=10)
+    train, test = holdout_split(data, holdout_frac=0.3, seed=0)
+    y = test["speed"].to_numpy()
+    mae = {}
+    for rank in (0, DEFAULT_RANK):
+        model = fit(train, seed=0, rank=rank)
+        mae[rank] = float(np.abs(model.posterior_speed(row_queries(test)).mean - y).mean())
+    assert mae[DEFAULT_RANK] < 0.8 * mae[0], mae
