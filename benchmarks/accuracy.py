@@ -286,7 +286,7 @@ def fit_time(data: CoLocationData, repeats: int, family: str | None) -> dict[str
 
 def _decision_one(job: tuple[int, int, tuple[int, ...]]) -> dict[str, Any]:
     """One seed of the decision benchmark: every predictor's exact choice, scored on truth."""
-    from interplace.placement import Job, MeasuredSpeeds, place, score
+    from interplace.placement import Job, MeasuredOverModel, MeasuredSpeeds, place, score
     from interplace.topology import builtin
 
     seed, mixes, sizes = job
@@ -297,7 +297,13 @@ def _decision_one(job: tuple[int, int, tuple[int, ...]]) -> dict[str, Any]:
     train, _ = holdout_split(gavel.data, holdout_frac=0.3, seed=seed)
     types = list(truth.jobs)
     grid = pd.DataFrame([(a, b) for a in types for b in types], columns=["job", "co_runner"])
-    sources: dict[str, Any] = {"interplace": fit(train, seed=seed)}
+    model = fit(train, seed=seed)
+    # The model alone, and the model with the fit's own measured pairs taking precedence
+    # (what `interplace place --measured` does: a scheduler keeps what it measured).
+    sources: dict[str, Any] = {
+        "interplace": model,
+        "interplace+measured": MeasuredOverModel(model, train.pairs()),
+    }
     for name, make in PEERS.items():
         try:
             peer = make(train, None, seed)

@@ -1,13 +1,17 @@
 """How fast a fitted model scores candidate co-locations, the placement engine's inner call.
 
-Run: ``python benchmarks/predict_speed.py [--queries 10000] [--draws 500] [--repeats 5]``
+Run: ``python benchmarks/predict_speed.py [--queries 10000] [--draws 500] [--repeats 5]
+[--compare-rank 0]``
 
 Fits the model once on Gavel V100 (26 jobs), then times
 :meth:`~interplace.model.InterferenceModel.posterior_speed` on ``--queries`` random
 candidates (one to three co-runners each) and reports the median over ``--repeats`` rounds of
 the time per query, next to a baseline measured in the same run: calling
 :meth:`~interplace.model.InterferenceModel.predict` once per query in a Python loop (on 200
-queries), which is what a scheduler without the batched call would do.
+queries), which is what a scheduler without the batched call would do. ``--compare-rank L`` also fits
+a model with pair-term rank ``L`` (0: the mechanism alone, the model before the pair term) and
+times its batched call on the same queries, interleaved round by round with the default
+model's, and prints the ratio of the two.
 """
 
 from __future__ import annotations
@@ -26,8 +30,13 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=10_000)
     ap.add_argument("--draws", type=int, default=500)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--compare-rank", type=int, default=None)
     args = ap.parse_args()
     model = fit(load_gavel("v100").data, seed=0)
+    other = (
+        None if args.compare_rank is None
+        else fit(load_gavel("v100").data, seed=0, rank=args.compare_rank)
+    )
     rng = random.Random(0)
     jobs = list(model.jobs)
     queries = [
@@ -35,10 +44,15 @@ def main() -> None:
         for _ in range(args.queries)
     ]
     batched = []
+    batched_other = []
     for r in range(args.repeats):
         t0 = time.perf_counter()
         model.posterior_speed(queries, num_samples=args.draws, seed=r)
         batched.append((time.perf_counter() - t0) / len(queries))
+        if other is not None:
+            t0 = time.perf_counter()
+            other.posterior_speed(queries, num_samples=args.draws, seed=r)
+            batched_other.append((time.perf_counter() - t0) / len(queries))
     loop = []
     few = queries[:200]
     for r in range(args.repeats):
@@ -55,6 +69,12 @@ def main() -> None:
     print(f"{'predict() per query in a loop (baseline)':<44}{lo * 1e6:>12.1f}{1.0:>12.2f}")
     print(f"{'posterior_speed(all queries)':<44}{b * 1e6:>12.1f}{b / lo:>12.3f}")
     print(f"queries per second, batched: {1 / b:,.0f}")
+    if other is not None:
+        bo = statistics.median(batched_other)
+        print(
+            f"rank {model.rank} model: {b * 1e6:.1f} us / query; rank {other.rank} model: "
+            f"{bo * 1e6:.1f} us / query; ratio {b / bo:.2f}"
+        )
 
 
 if __name__ == "__main__":

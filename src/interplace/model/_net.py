@@ -209,11 +209,14 @@ def log_speed(
     n, k = co.shape
     d_co = d_pad.index_select(-2, co.reshape(-1)).reshape(*batch, n, k, n_res)
     if pair_u is not None and pair_w is not None:
-        rank = pair_u.shape[-1]
-        w_pad = torch.cat([pair_w, pair_w.new_zeros(*batch, 1, rank)], dim=-2)
-        w_co = w_pad.index_select(-2, co.reshape(-1)).reshape(*batch, n, k, rank)
-        z = (pair_u.index_select(-2, job).unsqueeze(-2) * w_co).sum(-1)  # (..., N, K)
-        d_co = d_co * z.exp().unsqueeze(-1)
+        # e^{z} for every (job, co-runner) at once, (..., J, J + 1) with a padding column,
+        # then one gather: cheaper than gathering rank-vectors per query and co-runner.
+        n_jobs = pair_u.shape[-2]
+        factor = (pair_u @ pair_w.transpose(-1, -2)).exp()
+        factor = torch.cat([factor, factor.new_zeros(*batch, n_jobs, 1)], dim=-1)
+        flat = (job.unsqueeze(-1) * (n_jobs + 1) + co).reshape(-1)
+        z = factor.reshape(*batch, -1).index_select(-1, flat).reshape(*batch, n, k)
+        d_co = d_co * z.unsqueeze(-1)
     load = (d_co * share).sum(-2)  # (..., N, R)
     d_j = pressure.index_select(-2, job)  # (..., N, R)
     s_j = sens.index_select(-2, job)
