@@ -569,3 +569,39 @@ def test_cross_gpu_samples_follow_the_collector_conventions(cross: CoLocationDat
     one_switch = synthetic(4, seed=1, topology=_OneSwitch(), cross_gpu=1.0, pairs="distinct")
     _check_devices(one_switch)
     assert _cross_runs(one_switch)  # every pair runs on two GPUs here
+
+
+def test_no_pair_effect_is_the_data_without_it() -> None:
+    a = synthetic(5, seed=3, samples_per_run=2)
+    b = synthetic(5, seed=3, samples_per_run=2, pair_rank=0, pair_scale=2.0)
+    pd.testing.assert_frame_equal(a.runs, b.runs)
+    assert a.truth is not None and a.truth["pair_effect"] is None
+
+
+def test_a_pair_effect_scales_each_co_runners_load() -> None:
+    data = synthetic(4, seed=5, pairs="distinct", samples_per_run=0, pair_rank=2,
+                     noise_speed=0.0)
+    truth = data.truth
+    assert truth is not None
+    z = truth["pair_effect"]
+    assert z.shape == (4, 4) and np.linalg.matrix_rank(z) == 2
+    # Row of job0 in the run with job1: its load is its own demand plus e^{z_01} job1's.
+    d, s = truth["demand"], truth["sensitivity"]
+    rows = data.runs.reset_index(drop=True)
+    pos = rows.index[(rows["run_id"] == "pair/job0/job1") & (rows["job"] == "job0")][0]
+    expect = contention_speed(d[0], s[0], d[0] + np.exp(z[0, 1]) * d[1])
+    assert truth["speed"][pos] == pytest.approx(expect)
+    # Counters read the plain sum: the pair effect is not in them.
+    plain = synthetic(4, seed=5, pairs="distinct", samples_per_run=0, noise_speed=0.0)
+    assert plain.truth is not None
+    np.testing.assert_array_equal(plain.truth["demand"], d)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"pair_rank": -1}, "pair_rank must be"), ({"pair_rank": 1.5}, "pair_rank must be"),
+     ({"pair_scale": float("nan")}, "pair_scale must be")],
+)
+def test_bad_pair_effect_arguments_are_refused(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        synthetic(3, seed=0, **kwargs)

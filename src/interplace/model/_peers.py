@@ -46,6 +46,7 @@ True
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -354,7 +355,11 @@ def fit_ebm(
             feature_types=types, outer_bags=outer_bags, random_state=seed, n_jobs=1
         )
 
-    return _boosted(data, families, make)
+    with warnings.catch_warnings():
+        # EBM notes that its plots do not show missing values (a job without counters or
+        # family): about its visualisations, not its fit.
+        warnings.filterwarnings("ignore", message="Missing values detected", category=UserWarning)
+        return _boosted(data, families, make)
 
 
 def _fit_boosted(

@@ -1,0 +1,52 @@
+"""fit's pair-term rank and what it records about its data."""
+
+from __future__ import annotations
+
+import pytest
+
+from interplace.datasets import synthetic
+from interplace.errors import InputError
+from interplace.model import InterferenceModel, Query, fit
+from interplace.topology import builtin
+
+
+@pytest.mark.parametrize("rank", [-1, 1.5, True, "3"])
+def test_a_bad_rank_is_refused(rank: object) -> None:
+    with pytest.raises(InputError, match="rank must be an integer >= 0"):
+        fit(synthetic(3, seed=0, samples_per_run=2), steps=5, min_steps=0, rank=rank)  # type: ignore[arg-type]
+
+
+def test_rank_0_has_no_pair_sites(small_model_rank0: InterferenceModel) -> None:
+    assert small_model_rank0.rank == 0
+    assert not any(name.startswith("pair_") for name in small_model_rank0.posterior)
+    assert small_model_rank0.info["rank"] == 0
+
+
+def test_the_default_model_has_the_pair_sites(small_model: InterferenceModel) -> None:
+    from interplace.model import DEFAULT_RANK
+
+    r = small_model.rank
+    assert r == DEFAULT_RANK == small_model.info["rank"]
+    n = len(small_model.jobs)
+    assert small_model.posterior["pair_u"][0].shape == (n, r)
+    assert small_model.posterior["pair_w"][0].shape == (n, r)
+    assert small_model.posterior["pair_scale"][0].shape == (r,)
+
+
+def test_cross_device_runs_are_counted() -> None:
+    topo = builtin("p4d")
+    data = synthetic(4, seed=0, topology=topo, cross_gpu=1.0, pairs="distinct",
+                     samples_per_run=2)
+    m = fit(data, steps=20, min_steps=0, topology=topo, rank=0)
+    assert m.info["cross_device_runs"] == 6  # every one of the 4 * 3 / 2 pair runs
+    same = fit(synthetic(3, seed=0, samples_per_run=2), steps=20, min_steps=0, rank=0)
+    assert same.info["cross_device_runs"] == 0
+
+
+def test_a_job_alone_still_runs_at_its_reference_with_the_pair_term(
+    small_model: InterferenceModel,
+) -> None:
+    # The pair term scales co-runners' pressure; with no co-runner there is nothing to scale.
+    p = small_model.posterior_speed([Query("job0", ())])
+    b = small_model.draws(500)["iso_bias"][:, 0].exp().mean()
+    assert float(p.mean[0]) == pytest.approx(float(b), rel=1e-9)
