@@ -12,7 +12,6 @@ from interplace.cli._common import (
     add_fit_args,
     add_model_data_args,
     add_rank_arg,
-    rank_kwargs,
     read_data,
 )
 from interplace.errors import InputError
@@ -49,7 +48,7 @@ def _run(args: argparse.Namespace) -> int:
         progress=sys.stderr.isatty() and not args.quiet,
         mode=args.mode,
         family=args.family,
-        rank=rank_kwargs(args).get("rank", DEFAULT_RANK),
+        rank=DEFAULT_RANK if args.rank is None else args.rank,
     )
     model.save(out)
     info = model.info

@@ -124,20 +124,39 @@ def cold_split(
     return subset_runs(data, keep, f"{data.name} (train)"), test, cold
 
 
-def solo_gpu_util(data: CoLocationData) -> pd.Series:
-    """Mean ``gpu_util_pct`` of each job's isolated runs (jobs without one are absent)."""
-    if data.samples is None:
-        return pd.Series(dtype=float, name="gpu_util_pct")
+def solo_counters(data: CoLocationData) -> pd.DataFrame:
+    """Mean of each counter metric over each job's isolated runs: the mean of each run's
+    samples, then the mean over the job's runs (rows: jobs with any; columns: metrics).
+
+    >>> from interplace.datasets import synthetic
+    >>> solo_counters(synthetic(3, seed=0)).shape[0]
+    3
+    """
+    if data.samples is None or len(data.samples) == 0:
+        return pd.DataFrame()
     size = data.run_sizes()
     alone = data.runs.loc[data.runs["run_id"].map(size).eq(1), ["run_id", "job"]]
-    s = data.samples
-    s = s.loc[s["metric"].eq("gpu_util_pct")]
-    vals = pd.to_numeric(s["value"], errors="coerce")
-    per_run = vals.groupby(s["run_id"].astype(str)).mean().dropna()
     job_of = dict(zip(alone["run_id"].astype(str), alone["job"].astype(str), strict=True))
-    frame = pd.DataFrame({"job": [job_of.get(r) for r in per_run.index], "util": per_run.values})
-    frame = frame.dropna(subset=["job"])
-    return frame.groupby("job")["util"].mean().rename("gpu_util_pct")
+    s = data.samples
+    frame = pd.DataFrame({
+        "run": s["run_id"].astype(str),
+        "metric": s["metric"].astype(str),
+        "value": pd.to_numeric(s["value"], errors="coerce"),
+    }).dropna()
+    per_run = frame.groupby(["run", "metric"])["value"].mean().reset_index()
+    per_run["job"] = per_run["run"].map(job_of)
+    per_run = per_run.dropna(subset=["job"])
+    if per_run.empty:
+        return pd.DataFrame()
+    return per_run.pivot_table(index="job", columns="metric", values="value", aggfunc="mean")
+
+
+def solo_gpu_util(data: CoLocationData) -> pd.Series:
+    """Mean ``gpu_util_pct`` of each job's isolated runs (jobs without one are absent)."""
+    c = solo_counters(data)
+    if "gpu_util_pct" not in c.columns:
+        return pd.Series(dtype=float, name="gpu_util_pct")
+    return c["gpu_util_pct"].dropna().rename("gpu_util_pct")
 
 
 def baselines(train: CoLocationData, test: pd.DataFrame) -> dict[str, dict[str, Any]]:

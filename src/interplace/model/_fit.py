@@ -30,7 +30,7 @@ from interplace.model._data import (
     select_mode,
 )
 from interplace.model._fitted import InterferenceModel
-from interplace.model._net import FAMILY_SITES, PAIR_SITES, SITES, Hyper, InterferenceNet
+from interplace.model._net import Hyper, InterferenceNet, site_names
 from interplace.model._topo import share_table
 from interplace.topology import Topology
 
@@ -271,11 +271,7 @@ def fit(
                         getattr(guide.locs, name).detach().to("cpu", torch.float64).clone(),
                         getattr(guide.scales, name).detach().to("cpu", torch.float64).clone(),
                     )
-                    for name in (
-                        *SITES,
-                        *(FAMILY_SITES if families is not None else ()),
-                        *(PAIR_SITES if rank > 0 else ()),
-                    )
+                    for name in site_names(families is not None, rank > 0)
                 }
     finally:
         torch.set_num_threads(threads)

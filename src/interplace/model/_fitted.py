@@ -23,11 +23,13 @@ from interplace.model._net import (
     FAMILY_SITES,
     PAIR_SITES,
     SITES,
+    SUPPORT,
     Hyper,
     counter_mean,
     log_speed,
     pressure,
     sensitivity,
+    site_names,
 )
 
 __all__ = [
@@ -233,12 +235,11 @@ class InterferenceModel:
             raise InputError(f"num_samples must be an integer >= 2, not {num_samples!r}")
         gen = torch.Generator().manual_seed(int(seed))
         out = {}
-        support = {**SITES, **FAMILY_SITES, **PAIR_SITES}
         for name in self._site_names():  # fixed order: the same seed gives the same draws
             loc, scale = self.posterior[name]
             eps = torch.randn((num_samples, *loc.shape), generator=gen, dtype=torch.float64)
             z = loc + scale * eps
-            out[name] = z.exp() if support[name] == "positive" else z
+            out[name] = z.exp() if SUPPORT[name] == "positive" else z
         return out
 
     def family_map(self) -> dict[str, str | None]:
@@ -261,11 +262,7 @@ class InterferenceModel:
 
     def _site_names(self) -> tuple[str, ...]:
         """The model's latent sites in their fixed order (family, then pair sites last)."""
-        return (
-            *SITES,
-            *(FAMILY_SITES if self.families is not None else ()),
-            *(PAIR_SITES if self.rank > 0 else ()),
-        )
+        return site_names(self.families is not None, self.rank > 0)
 
     def demand(self, num_samples: int = 500, seed: int = 0) -> pd.DataFrame:
         """Posterior median demand of each job (rows) on each resource (columns)."""
@@ -545,9 +542,7 @@ class InterferenceModel:
             "metrics": list(self.metrics),
             "full_scale": list(self.full_scale),
             "hyper": dict(self.hyper.__dict__),
-            "sites": {
-                n: {**SITES, **FAMILY_SITES, **PAIR_SITES}[n] for n in self._site_names()
-            },
+            "sites": {n: SUPPORT[n] for n in self._site_names()},
             "families": None if self.families is None else list(self.families),
             "info": _jsonable(dict(self.info)),
         }
@@ -624,11 +619,7 @@ class InterferenceModel:
             has_pair = any(k.split(".")[0] in PAIR_SITES for k in tensors)
             if has_pair and version < 4:
                 raise InputError(f"{meta_path}: a version {version} model has no pair term")
-            names = (
-                *SITES,
-                *(FAMILY_SITES if families is not None else ()),
-                *(PAIR_SITES if has_pair else ()),
-            )
+            names = site_names(families is not None, has_pair)
             posterior = {}
             for name in names:
                 posterior[name] = (

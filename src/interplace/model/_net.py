@@ -20,12 +20,14 @@ __all__ = [
     "KAPPA",
     "PAIR_SITES",
     "SITES",
+    "SUPPORT",
     "Hyper",
     "InterferenceNet",
     "counter_mean",
     "log_speed",
     "pressure",
     "sensitivity",
+    "site_names",
 ]
 
 KAPPA = 12.0
@@ -72,6 +74,16 @@ PAIR_SITES: dict[str, str] = {
 
 ``pair_u``, ``pair_w``: ``(J, rank)`` victim and aggressor factors; ``pair_scale``: ``(rank,)``
 the spread of each component's victim factors (its shrinkage)."""
+
+SUPPORT: dict[str, str] = {**SITES, **FAMILY_SITES, **PAIR_SITES}
+"""Every latent site's support, whichever groups a model has."""
+
+
+def site_names(families: bool, pair: bool) -> tuple[str, ...]:
+    """A model's latent sites in their fixed order: :data:`SITES`, then the family sites (a fit
+    with families), then the pair sites (``rank > 0``). Appending groups keeps the draws of the
+    earlier sites unchanged for a given seed."""
+    return (*SITES, *(FAMILY_SITES if families else ()), *(PAIR_SITES if pair else ()))
 
 
 @dataclass(frozen=True)

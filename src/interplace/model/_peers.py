@@ -56,6 +56,7 @@ import pandas as pd
 
 from interplace.datasets.runs import CoLocationData
 from interplace.errors import InputError
+from interplace.model._evaluate import solo_counters
 
 __all__ = [
     "PEERS",
@@ -90,29 +91,6 @@ def pair_rows(data: CoLocationData) -> pd.DataFrame:
 
     rows = colocated_rows(data)
     return rows.loc[~rows["co_runner"].str.contains("+", regex=False)].reset_index(drop=True)
-
-
-def solo_counters(data: CoLocationData) -> pd.DataFrame:
-    """Mean of each counter metric over each job's isolated runs (rows: jobs with any).
-
-    >>> from interplace.datasets import synthetic
-    >>> solo_counters(synthetic(3, seed=0)).shape[0]
-    3
-    """
-    if data.samples is None or len(data.samples) == 0:
-        return pd.DataFrame()
-    size = data.run_sizes()
-    alone = data.runs.loc[data.runs["run_id"].map(size).eq(1), ["run_id", "job"]]
-    job_of = dict(zip(alone["run_id"].astype(str), alone["job"].astype(str), strict=True))
-    s = data.samples
-    frame = pd.DataFrame({
-        "job": s["run_id"].astype(str).map(job_of),
-        "metric": s["metric"].astype(str),
-        "value": pd.to_numeric(s["value"], errors="coerce"),
-    }).dropna()
-    if frame.empty:
-        return pd.DataFrame()
-    return frame.pivot_table(index="job", columns="metric", values="value", aggfunc="mean")
 
 
 _PairFn = Callable[[list[str], list[str]], _FloatArray]
