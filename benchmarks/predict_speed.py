@@ -8,8 +8,8 @@ Fits the model once on Gavel V100 (26 jobs), then times
 candidates (one to three co-runners each) and reports the median over ``--repeats`` rounds of
 the time per query, next to a baseline measured in the same run: calling
 :meth:`~interplace.model.InterferenceModel.predict` once per query in a Python loop (on 200
-queries), which is what a scheduler without the batched call would do. ``--compare-rank L`` also fits
-a model with pair-term rank ``L`` (0: the mechanism alone, the model before the pair term) and
+queries), which is what a scheduler without the batched call would do. ``--compare-rank L`` also
+fits a model with pair-term rank ``L`` (0: the mechanism alone, the model before the pair term) and
 times its batched call on the same queries, interleaved round by round with the default
 model's, and prints the ratio of the two.
 """

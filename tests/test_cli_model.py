@@ -72,6 +72,7 @@ def test_fit_writes_a_model_and_prints_a_summary(fitted: Fitted) -> None:
     assert fitted.out.count("\n") == 1
     assert fitted.out.startswith("fitted 4 jobs to 20 co-located observations")
     assert "of toy: 200 steps" in fitted.out and fitted.out.endswith(f"-> {fitted.model}\n")
+    assert "measured pairs kept" in fitted.out
     assert fitted.err == ""  # the tqdm bar shows only on a terminal
     meta = json.loads((fitted.model / "model.json").read_text())
     assert meta["jobs"] == ["job0", "job1", "job2", "job3"] and meta["info"]["data"] == "toy"
@@ -443,3 +444,19 @@ def test_fit_and_evaluate_take_job_families(
         "runs table has no column 'team' to take job families from",
     )
     assert not missing.exists()
+
+
+def test_fit_takes_rank_and_structure_only(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, fitted: Fitted
+) -> None:
+    from interplace.model import InterferenceModel
+
+    assert InterferenceModel.load(fitted.model).measured is not None  # the default keeps them
+    model = tmp_path / "model"
+    data = fitted.data
+    inputs = ["--runs", str(data / "runs.csv"), "--samples", str(data / "samples.csv")]
+    flags = ["--rank", "0", "--structure-only", "--steps", STEPS, "--quiet"]
+    code, _, err = run(capsys, "fit", *inputs, "--out", str(model), *flags)
+    assert (code, err) == (0, "")
+    loaded = InterferenceModel.load(model)
+    assert loaded.rank == 0 and loaded.measured is None

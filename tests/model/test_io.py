@@ -126,8 +126,15 @@ def test_saved_directory_holds_json_and_safetensors_only(saved: Path) -> None:
     header = json.loads(raw[8 : 8 + n])
     assert header["__metadata__"]["format"] == meta["format"]
     tensor_names = {k for k in header if k != "__metadata__"}
-    assert tensor_names == {f"{s}.{p}" for s in meta["sites"] for p in ("loc", "scale")}
-    assert {header[k]["dtype"] for k in tensor_names} == {"F64"}
+    site_tensors = {f"{s}.{p}" for s in meta["sites"] for p in ("loc", "scale")}
+    measured = {
+        f"measured.{k}" for k in ("job", "co", "log_speed", "n", "expected", "offset")
+    }
+    assert meta["measured"] is not None  # the default fit keeps its measured pairs
+    assert tensor_names == site_tensors | measured
+    floats = {"measured.log_speed", "measured.expected", "measured.offset"}
+    assert {header[k]["dtype"] for k in site_tensors | floats} == {"F64"}
+    assert {header[f"measured.{k}"]["dtype"] for k in ("job", "co", "n")} == {"I64"}
 
 
 def test_load_never_unpickles(saved: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -213,7 +220,9 @@ def test_non_finite_or_non_positive_tensors_are_refused(
     small_model: InterferenceModel, saved: Path, poison: str
 ) -> None:
     part, value, message = _POISON[poison]
-    sites = sorted({k.rsplit(".", 1)[0] for k in load_file(str(saved / WEIGHTS))})
+    sites = sorted(
+        {k.rsplit(".", 1)[0] for k in load_file(str(saved / WEIGHTS))} - {"measured"}
+    )
     assert len(sites) >= 5
     for site in sites:
         key = f"{site}.{part}"
@@ -241,7 +250,14 @@ def test_a_tensor_of_the_wrong_shape_is_refused(
             t[name] = torch.cat([x.reshape(-1), x.reshape(-1)[:1]]) if x.dim() < 2 else x[1:]
 
         _edit_tensors(saved, grow)
-        with pytest.raises(InputError, match=f"posterior site {site} has shape"):
+        message = f"posterior site {site} has shape"
+        if site == "measured":
+            message = (
+                "must be a finite square"
+                if name.endswith(("expected", "offset"))
+                else "job, co, log_speed and n must be"
+            )
+        with pytest.raises(InputError, match=message):
             InterferenceModel.load(saved)
         small_model.save(saved)
 
@@ -266,8 +282,10 @@ def test_a_version_2_model_still_loads(
     def to_v2(meta: dict[str, Any]) -> None:
         meta["format_version"] = 2
         meta.pop("families")
+        meta.pop("measured")
         meta["hyper"] = {
-            k: v for k, v in meta["hyper"].items() if not k.startswith(("family", "pair"))
+            k: v for k, v in meta["hyper"].items()
+            if not k.startswith(("family", "pair", "measure"))
         }
 
     _edit_meta(saved, to_v2)
@@ -294,6 +312,61 @@ def test_a_version_3_model_with_pair_tensors_is_refused(
     assert small_model.rank > 0
     _edit_meta(saved, lambda m: m.update(format_version=3))
     with pytest.raises(InputError, match="version 3 model has no pair term"):
+        InterferenceModel.load(saved)
+
+
+def test_a_version_4_model_loads_without_measured_pairs(
+    small_model_rank0: InterferenceModel, tmp_path: Path
+) -> None:
+    saved = small_model_rank0.save(tmp_path / "model")
+    _edit_meta(saved, lambda m: m.update(format_version=4))
+    assert InterferenceModel.load(saved).measured is None
+
+
+def test_a_version_4_model_with_measured_pairs_is_refused(saved: Path) -> None:
+    _edit_meta(saved, lambda m: m.update(format_version=4))
+    with pytest.raises(InputError, match="version 4 model has no measured pairs"):
+        InterferenceModel.load(saved)
+
+
+def test_measured_pairs_round_trip(small_model: InterferenceModel, saved: Path) -> None:
+    loaded = InterferenceModel.load(saved)
+    assert loaded.measured is not None and small_model.measured is not None
+    for key in ("job", "co", "log_speed", "n", "expected", "offset"):
+        np.testing.assert_array_equal(
+            getattr(loaded.measured, key), getattr(small_model.measured, key)
+        )
+    assert (loaded.measured.scale, loaded.measured.noise) == (
+        small_model.measured.scale, small_model.measured.noise
+    )
+
+
+def test_measured_pair_tensors_without_their_description_are_refused(saved: Path) -> None:
+    _edit_meta(saved, lambda m: m.update(measured=None))
+    with pytest.raises(InputError, match="measured-pair tensors without their description"):
+        InterferenceModel.load(saved)
+
+
+def test_a_malformed_measured_description_is_refused(saved: Path) -> None:
+    _edit_meta(saved, lambda m: m.update(measured={"scale": 0.1}))
+    with pytest.raises(InputError, match="measured must hold scale and noise"):
+        InterferenceModel.load(saved)
+
+
+def test_a_non_finite_measured_speed_is_refused(saved: Path) -> None:
+    def poisoned(t: dict[str, torch.Tensor]) -> None:
+        x = t["measured.log_speed"].clone()
+        x[0] = float("nan")
+        t["measured.log_speed"] = x
+
+    _edit_tensors(saved, poisoned)
+    with pytest.raises(InputError, match="measured pairs: log speeds must be finite"):
+        InterferenceModel.load(saved)
+
+
+def test_a_negative_measured_scale_is_refused(saved: Path) -> None:
+    _edit_meta(saved, lambda m: m.update(measured={"scale": -0.1, "noise": 0.02}))
+    with pytest.raises(InputError, match="scale must be a finite float > 0"):
         InterferenceModel.load(saved)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from interplace.cli import main
 from interplace.errors import InputError
@@ -75,3 +76,10 @@ def test_cli_reads_counter_columns(
     code = main(["place", "--model", str(model_dir), "--topology", "pcie-8gpu",
                  "--jobs", str(jobs), "--out", str(out)])
     assert code == 2 and "unknown job type(s) 'new-net'" in capsys.readouterr().err
+
+
+def test_cold_jobs_keep_the_measured_pairs(small_model: InterferenceModel) -> None:
+    m2 = with_cold_jobs(small_model, {"new": {"gpu_util_pct": 80.0}})
+    assert m2.measured is small_model.measured
+    p = m2.posterior_speed([Query("new", ("job0",)), Query("job0", ("new",))], seed=0)
+    assert bool(torch.isfinite(p.speed).all())

@@ -8,7 +8,7 @@ import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 if TYPE_CHECKING:
     from interplace.datasets.runs import CoLocationData
@@ -114,7 +114,8 @@ def add_fit_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_rank_arg(p: argparse.ArgumentParser) -> None:
-    """``--rank``: the largest rank of the model's low-rank pair term (fit and evaluate)."""
+    """``--rank`` (the largest rank of the model's low-rank pair term) and
+    ``--structure-only`` (no measured-pair stage), for fit and evaluate."""
     p.add_argument(
         "--rank",
         type=int_at_least(0),
@@ -124,9 +125,21 @@ def add_rank_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
-def rank_kwargs(args: argparse.Namespace) -> dict[str, int]:
-    """``{"rank": L}`` when ``--rank`` was given, else nothing (the library's default)."""
-    return {} if args.rank is None else {"rank": args.rank}
+    p.add_argument(
+        "--structure-only",
+        action="store_true",
+        help="leave out the second stage that keeps the measured pairs (each pair measured "
+        "on one device keeps its own effect); the model then shrinks them to its structure",
+    )
+
+
+def rank_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """``rank`` when ``--rank`` was given and ``measured=False`` for ``--structure-only``;
+    otherwise nothing (the library's defaults)."""
+    out: dict[str, Any] = {} if args.rank is None else {"rank": args.rank}
+    if args.structure_only:
+        out["measured"] = False
+    return out
 
 
 def summary(topo: Topology) -> str:

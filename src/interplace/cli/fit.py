@@ -49,14 +49,18 @@ def _run(args: argparse.Namespace) -> int:
         mode=args.mode,
         family=args.family,
         rank=DEFAULT_RANK if args.rank is None else args.rank,
+        measured=not args.structure_only,
     )
     model.save(out)
     info = model.info
     early = " (converged early)" if info.get("stopped_early") else ""
+    kept = (
+        f", {len(model.measured)} measured pairs kept" if model.measured is not None else ""
+    )
     sys.stdout.write(
         f"fitted {len(model.jobs)} jobs to {info['observations']} co-located observations and "
-        f"{info['counter_groups']} counter groups of {data.name}: {info['steps']} steps{early}, "
-        f"{info['fit_seconds']:.1f} s -> {out}\n"
+        f"{info['counter_groups']} counter groups of {data.name}: {info['steps']} steps{early}"
+        f"{kept}, {info['fit_seconds']:.1f} s -> {out}\n"
     )
     return 0
 

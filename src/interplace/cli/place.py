@@ -137,7 +137,8 @@ def register(sub: Subparsers) -> None:
     p.add_argument(
         "--measured", metavar="RUNS",
         help="runs table of measured co-locations: a measured pair's prediction is centred on "
-        "its measurement (the model answers the rest)",
+        "its measurement (the model answers the rest); for pairs measured after the model's "
+        "fit, since the fit already follows the pairs it saw",
     )
     p.add_argument(
         "--max-per-gpu", type=int_at_least(1), default=2, metavar="K",

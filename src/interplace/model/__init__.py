@@ -94,6 +94,30 @@ isolated throughput, which is what a scheduler multiplies by (for a job alone it
 has speeds up to 1.5) from dragging the fit, and its learned scale is what makes the
 predictive intervals calibrated.
 
+*Second stage: measured pairs.* The structure above explains the co-located speeds only up
+to a misfit (about 10% on the log scale on the public data), while a speed measured twice in
+one run differs by about 1% (Lucid's replicated self-pairs). Fitted alone, it reads the misfit
+as noise and shrinks every measured pair toward its own prediction. So after SVI a second,
+conjugate stage (:mod:`interplace.model._cells`, ``fit(measured=True)``, the default) gives
+each pair :math:`(j, k)` measured alone on one device an effect :math:`\delta_{jk}` on its
+log speed, :math:`\bar y_{jk} = \bar\mu_{jk} + \delta_{jk} + \bar\varepsilon_{jk}`,
+with prior mean :math:`m_{jk}` from a matrix completion of the measured residuals (biases and
+a soft-impute low-rank term, by cross-validation), spread :math:`\tau` (the misfit the
+completion leaves) and measurement noise :math:`\sigma_m` = ``Hyper.measure_noise`` (2%):
+
+.. math::
+    \hat\delta_{jk} = m_{jk} + w_{jk} (\bar y_{jk} - \bar\mu_{jk} - m_{jk}), \quad
+    w_{jk} = \frac{\tau^2}{\tau^2 + \sigma_m^2 / n_{jk}},
+
+and :math:`\hat\delta_{jk} = m_{jk}` for a pair never measured. The effect enters as a
+pressure offset :math:`c_{jk}` beside the pair term (:math:`e^{z_{jk} + c_{jk}}` scales
+co-runner ``k``'s pressure on ``j``), set so the pair's posterior mean log speed is
+:math:`\bar\mu_{jk} + \hat\delta_{jk}`; the guarantees above (monotone, 1 alone) hold.
+A measured pair's prediction then follows its measurement, and a new measurement next to a
+co-runner never measured with the job gets a Student-t spread :math:`\tau` on top of
+:math:`\sigma_m`. The stage is a cut (it does not feed back into the structure): fitted
+jointly by SVI, the effects absorbed either everything or nothing.
+
 *Families (optional).* Jobs often come in families: one network at several batch sizes,
 with and without mixed precision. What the counters cannot pin (sensitivity, intensity, the
 demand on resources without counters, the error of the isolated reference) is then alike
@@ -158,7 +182,7 @@ What it answers
 - :meth:`InterferenceModel.utilisation`: the posterior true utilisation behind each run's
   counters (denoised counters).
 - :meth:`InterferenceModel.save` / :meth:`InterferenceModel.load`: safetensors + JSON, never
-  pickle.
+  pickle (the measured pairs and offsets of the second stage included).
 - :func:`evaluate`: held-out accuracy and calibration against simple baselines.
 
 >>> from interplace.datasets import synthetic

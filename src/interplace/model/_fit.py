@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -17,6 +18,7 @@ from tqdm.auto import tqdm
 
 from interplace.datasets.runs import CoLocationData
 from interplace.errors import InputError
+from interplace.model._cells import measured_pairs
 from interplace.model._data import (
     DEFAULT_RESOURCES,
     METRIC_RESOURCE,
@@ -41,6 +43,9 @@ DEFAULT_RANK = 5
 off those the data do not support)."""
 
 _WINDOW = 100
+
+MEASURED_DRAWS = 200
+"""Posterior draws behind the second stage's structure means and offsets."""
 
 
 def _tensors(
@@ -107,6 +112,7 @@ def fit(
     mode: str | None = None,
     family: FamilySpec | None = None,
     rank: int = DEFAULT_RANK,
+    measured: bool = True,
 ) -> InterferenceModel:
     """Fit the interference model of :mod:`interplace.model` to ``data`` by SVI.
 
@@ -135,6 +141,12 @@ def fit(
     the mechanism alone. Each component has its own shrinkage scale, so components the data do
     not support shrink towards zero.
 
+    ``measured`` (default) adds the second stage of :mod:`interplace.model._cells`: each pair
+    measured alone on one device gets its own effect, so the model's prediction of a measured
+    pair follows the measurement (up to ``hyper.measure_noise``) instead of being shrunk to
+    what the structure explains, and a pair never measured carries the structure's misfit in
+    its interval. False keeps the structure alone (the model before version 5).
+
     ``topology`` is needed only when a run places its jobs on different devices (its
     :meth:`~interplace.topology.Topology.domains` decide which resources they share). ``device``
     is ``cpu`` or ``cuda``; the returned model always lives on the CPU. ``progress`` shows a
@@ -159,6 +171,8 @@ def fit(
         raise InputError(f"resources must be distinct and at least one, not {resources!r}")
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
         raise InputError(f"rank must be an integer >= 0, not {rank!r}")
+    if not isinstance(measured, bool):
+        raise InputError(f"measured must be True or False, not {measured!r}")
     hyper = hyper or Hyper()
     dev = _check_device(device)
     data = select_mode(data, mode)
@@ -300,7 +314,7 @@ def fit(
         "cross_device_runs": cross_device,
         "family": None if family is None else family if isinstance(family, str) else "mapping",
     }
-    return InterferenceModel(
+    structure = InterferenceModel(
         jobs=jobs,
         resources=resources,
         metrics=counters.metrics,
@@ -310,3 +324,18 @@ def fit(
         info=info,
         families=families,
     )
+    if not measured:
+        info["measured_pairs"] = 0
+        return structure
+
+    noise = float(posterior["speed_noise"][0].exp())
+    stage2 = time.perf_counter()
+    pairs, completion = measured_pairs(
+        obs, structure.draws(MEASURED_DRAWS, seed), noise, hyper.measure_noise, seed=seed
+    )
+    info["measured_pairs"] = 0 if pairs is None else len(pairs)
+    info["completion"] = completion
+    stage2_seconds = time.perf_counter() - stage2
+    info["measured_seconds"] = stage2_seconds
+    info["fit_seconds"] = seconds + stage2_seconds
+    return dataclasses.replace(structure, measured=pairs)

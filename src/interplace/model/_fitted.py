@@ -18,6 +18,7 @@ import torch
 
 from interplace.datasets.runs import CoLocationData
 from interplace.errors import InputError
+from interplace.model._cells import MeasuredPairs, seeded_gamma, spread_draws
 from interplace.model._data import METRIC_RESOURCE, counters_from_samples, family_index
 from interplace.model._net import (
     FAMILY_SITES,
@@ -25,6 +26,7 @@ from interplace.model._net import (
     SITES,
     SUPPORT,
     Hyper,
+    cell_sum,
     counter_mean,
     log_speed,
     pressure,
@@ -39,17 +41,21 @@ __all__ = [
     "SpeedPosterior",
 ]
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 """Version of the saved model directory layout (``model.json`` + ``posterior.safetensors``).
 
 Version 2 added the intensity sites (``log_intensity``, ``intensity_sd``); version 1 models
 are refused (refit them). Version 3 added job families (the ``families`` list, the family
 sites and their hyper-parameters); version 2 models, which have none, load unchanged.
 Version 4 added the low-rank pair term (the sites of :data:`~interplace.model._net.PAIR_SITES`
-and their hyper-parameters); version 2 and 3 models, which have none, load as rank 0."""
+and their hyper-parameters); version 2 and 3 models, which have none, load as rank 0.
+Version 5 added the measured pairs of the second stage (:mod:`interplace.model._cells`: the
+``measured.*`` tensors and ``measured`` in ``model.json``); older models load without them."""
 
-_READS = (2, 3, 4)
+_READS = (2, 3, 4, 5)
 
+_MEASURED = "measured"
+_MEASURED_KEYS = ("job", "co", "log_speed", "n", "expected", "offset")
 _META = "model.json"
 _WEIGHTS = "posterior.safetensors"
 _FORMAT_NAME = "interplace-interference-model"
@@ -156,6 +162,10 @@ class InterferenceModel:
     posterior: Mapping[str, tuple[torch.Tensor, torch.Tensor]]
     info: Mapping[str, Any] = field(default_factory=dict)
     families: tuple[str | None, ...] | None = None
+    measured: MeasuredPairs | None = None
+    _spread_cache: dict[tuple[int, int], torch.Tensor] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if not self.jobs or len(set(self.jobs)) != len(self.jobs):
@@ -220,6 +230,10 @@ class InterferenceModel:
                 raise InputError(f"posterior site {name} holds non-finite values")
             if not bool((scale > 0).all()):
                 raise InputError(f"posterior site {name} has a scale <= 0")
+        if self.measured is not None:
+            if not isinstance(self.measured, MeasuredPairs):
+                raise InputError("measured must be MeasuredPairs or None")
+            self.measured.check_jobs(n_jobs)
 
     # ------------------------------------------------------------------ draws
     def draws(self, num_samples: int = 500, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -344,26 +358,55 @@ class InterferenceModel:
         # Student-t measurement noise on the log scale, one draw per posterior draw shared by
         # every query: each query's predictive is exact, and equal queries get equal answers.
         z = torch.randn((num_samples, 1), generator=gen, dtype=torch.float64)
-        g = _gamma(df / 2, torch.Size((num_samples, 1)), gen) / (df / 2)
-        noise = d["speed_noise"].unsqueeze(-1) * z / torch.sqrt(g)
-        chunks = []
+        g = seeded_gamma(df / 2, torch.Size((num_samples, 1)), gen) / (df / 2)
+        offset, spread = None, None
+        if self.measured is None:
+            noise = d["speed_noise"].unsqueeze(-1) * z / torch.sqrt(g)
+        else:
+            # The second stage (interplace.model._cells): measured pairs' pressure offsets,
+            # the measurement's own noise, and an unmeasured pair's unknown effect.
+            noise = self.measured.noise * z / torch.sqrt(g)
+            offset = self.measured.padded("offset", len(self.jobs))
+            spread = self._spread(num_samples, int(seed))
+        chunks, extra = [], []
         for lo in range(0, max(len(qs), 1), batch_size):
             part = qs[lo : lo + batch_size]
             if not part:
                 break
             job, co, share = self._encode(part)
+            share = share.to(torch.float64)
             ls = log_speed(
-                press, sens, d["threshold"], job, co, share.to(torch.float64),
-                d.get("pair_u"), d.get("pair_w"),
+                press, sens, d["threshold"], job, co, share,
+                d.get("pair_u"), d.get("pair_w"), offset,
             )
             # Speeds are relative to the job's recorded isolated throughput, whose error
             # (beta_j) every speed of the job shares, alone or not.
             chunks.append(ls + d["iso_bias"].index_select(-1, job))
+            if spread is not None:
+                extra.append(cell_sum(spread, job, co, share))
         if not chunks:
             empty = torch.zeros(num_samples, 0, dtype=torch.float64)
             return SpeedPosterior(empty, empty)
         log_v = torch.cat(chunks, dim=1)
-        return SpeedPosterior(log_v.exp(), (log_v + noise).exp())
+        new = noise if not extra else noise + torch.cat(extra, dim=1)
+        return SpeedPosterior(log_v.exp(), (log_v + new).exp())
+
+    def _spread(self, num_samples: int, seed: int) -> torch.Tensor:
+        """The unmeasured pairs' spread draws (:func:`~._cells.spread_draws`) for one call's
+        ``num_samples`` and ``seed``; the last few are kept, since a scheduler asks again and
+        again with the same ones (their ``S x J x J`` draws cost more than a small call)."""
+        assert self.measured is not None
+        key = (num_samples, seed)
+        cached = self._spread_cache.get(key)
+        if cached is None:
+            gen = torch.Generator().manual_seed(seed + 2)
+            cached = spread_draws(
+                self.measured, num_samples, len(self.jobs), self.hyper.speed_df, gen
+            )
+            if len(self._spread_cache) >= 4:
+                self._spread_cache.pop(next(iter(self._spread_cache)))
+            self._spread_cache[key] = cached
+        return cached
 
     def predict(
         self,
@@ -545,11 +588,19 @@ class InterferenceModel:
             "sites": {n: SUPPORT[n] for n in self._site_names()},
             "families": None if self.families is None else list(self.families),
             "info": _jsonable(dict(self.info)),
+            "measured": None
+            if self.measured is None
+            else {"scale": self.measured.scale, "noise": self.measured.noise},
         }
         tensors = {}
         for name, (loc, scale) in self.posterior.items():
             tensors[f"{name}.loc"] = loc.detach().contiguous()
             tensors[f"{name}.scale"] = scale.detach().contiguous()
+        if self.measured is not None:
+            m = self.measured
+            for key, arr in (("job", m.job), ("co", m.co), ("log_speed", m.log_speed),
+                             ("n", m.n), ("expected", m.expected), ("offset", m.offset)):
+                tensors[f"{_MEASURED}.{key}"] = torch.as_tensor(np.ascontiguousarray(arr))
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=parent))
         try:
             save_file(tensors, str(tmp / _WEIGHTS), metadata={"format": _FORMAT_NAME})
@@ -626,7 +677,12 @@ class InterferenceModel:
                     tensors[f"{name}.loc"].to(torch.float64),
                     tensors[f"{name}.scale"].to(torch.float64),
                 )
-            extra = sorted(set(tensors) - {f"{n}.{p}" for n in names for p in ("loc", "scale")})
+            measured = _load_measured(meta.get("measured"), tensors, version, meta_path)
+            extra = sorted(
+                set(tensors)
+                - {f"{n}.{p}" for n in names for p in ("loc", "scale")}
+                - {f"{_MEASURED}.{k}" for k in _MEASURED_KEYS}
+            )
             if extra:
                 raise InputError(f"{weights}: unexpected tensor {extra[0]!r}")
             jobs = tuple(str(j) for j in meta["jobs"])
@@ -644,6 +700,7 @@ class InterferenceModel:
                     posterior=posterior,
                     info=info,
                     families=families,
+                    measured=measured,
                 )
             except InputError as exc:  # the object's own checks: say which directory
                 raise InputError(f"{d}: {exc}") from None
@@ -655,34 +712,27 @@ class InterferenceModel:
             raise InputError(f"{d}: malformed model ({exc})") from None
 
 
-def _gamma(concentration: torch.Tensor, shape: torch.Size, gen: torch.Generator) -> torch.Tensor:
-    """Gamma(concentration, 1) draws from a private generator (torch's sampler has none).
-
-    Marsaglia and Tsang's method, vectorised with rejection rounds; needs concentration >= 1,
-    and uses the boost :math:`G_a = G_{a+1} U^{1/a}` below that.
-    """
-    a = float(concentration)
-    boost = a < 1
-    a1 = a + 1 if boost else a
-    d = a1 - 1.0 / 3.0
-    c = 1.0 / math.sqrt(9.0 * d)
-    out = torch.empty(shape, dtype=torch.float64)
-    todo = torch.ones(shape, dtype=torch.bool)
-    while bool(todo.any()):
-        x = torch.randn(shape, generator=gen, dtype=torch.float64)
-        u = torch.rand(shape, generator=gen, dtype=torch.float64)
-        v = (1 + c * x) ** 3
-        ok = (v > 0) & (
-            torch.log(u.clamp_min(1e-300))
-            < 0.5 * x**2 + d - d * v + d * torch.log(v.clamp_min(1e-300))
-        )
-        take = todo & ok
-        out = torch.where(take, d * v, out)
-        todo = todo & ~ok
-    if boost:
-        u = torch.rand(shape, generator=gen, dtype=torch.float64)
-        out = out * u.pow(1.0 / a)
-    return out
+def _load_measured(
+    raw: Any, tensors: Mapping[str, torch.Tensor], version: int, meta_path: Path
+) -> MeasuredPairs | None:
+    """The measured pairs of a saved model (``measured`` in ``model.json`` and its tensors)."""
+    present = [k for k in _MEASURED_KEYS if f"{_MEASURED}.{k}" in tensors]
+    if raw is None:
+        if present:
+            raise InputError(f"{meta_path}: measured-pair tensors without their description")
+        return None
+    if version < 5:
+        raise InputError(f"{meta_path}: a version {version} model has no measured pairs")
+    if not isinstance(raw, dict) or set(raw) != {"scale", "noise"}:
+        raise InputError(f"{meta_path}: measured must hold scale and noise")
+    arr = {k: tensors[f"{_MEASURED}.{k}"].numpy() for k in _MEASURED_KEYS}  # KeyError: lacks
+    if arr["job"].dtype != np.int64 or arr["co"].dtype != np.int64 or arr["n"].dtype != np.int64:
+        raise InputError(f"{meta_path}: measured-pair indices must be int64")
+    return MeasuredPairs(
+        job=arr["job"], co=arr["co"], log_speed=arr["log_speed"].astype(np.float64),
+        n=arr["n"], scale=float(raw["scale"]), noise=float(raw["noise"]),
+        expected=arr["expected"].astype(np.float64), offset=arr["offset"].astype(np.float64),
+    )
 
 
 def _jsonable(value: Any) -> Any:

@@ -23,7 +23,9 @@ __all__ = [
     "SUPPORT",
     "Hyper",
     "InterferenceNet",
+    "cell_sum",
     "counter_mean",
+    "gather_pairs",
     "log_speed",
     "pressure",
     "sensitivity",
@@ -116,11 +118,14 @@ class Hyper:
     family_sd_scale: float = 0.5
     pair_scale_loc: float = math.log(0.3)
     pair_scale_scale: float = 1.0
+    measure_noise: float = 0.02
 
     def __post_init__(self) -> None:
         for name, value in self.__dict__.items():
             if not math.isfinite(value):
                 raise ValueError(f"hyper-parameter {name} must be finite, not {value!r}")
+        if self.measure_noise <= 0:
+            raise ValueError(f"measure_noise must be > 0, not {self.measure_noise!r}")
         if self.speed_df <= 0:
             raise ValueError(f"speed_df must be > 0, not {self.speed_df!r}")
 
@@ -198,6 +203,7 @@ def log_speed(
     share: torch.Tensor,
     pair_u: torch.Tensor | None = None,
     pair_w: torch.Tensor | None = None,
+    offset: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Log speed of each queried job next to its co-runners, shape ``(..., N)``.
 
@@ -212,7 +218,11 @@ def log_speed(
               e^{z_{j c_{nk}}},
 
     with the pair term :math:`z_{jk} = u_j \\cdot w_k` when ``pair_u``, ``pair_w``
-    (``(..., J, rank)``) are given, and :math:`z = 0` otherwise.
+    (``(..., J, rank)``) are given, and :math:`z = 0` otherwise. ``offset`` (``(J, J)``: the
+    pressure offsets :math:`c_{jk}` of :mod:`interplace.model._cells`) scales each
+    co-runner's pressure further by :math:`e^{c_{j c_{nk}}}`, on every resource it shares, as
+    the pair term does. Scaling pressure, never adding to the speed, keeps the speed monotone
+    in the co-runners and in what they share.
     """
     batch = pressure.shape[:-2]
     n_res = pressure.shape[-1]
@@ -229,12 +239,37 @@ def log_speed(
         flat = (job.unsqueeze(-1) * (n_jobs + 1) + co).reshape(-1)
         z = factor.reshape(*batch, -1).index_select(-1, flat).reshape(*batch, n, k)
         d_co = d_co * z.unsqueeze(-1)
+    if offset is not None:
+        d_co = d_co * gather_pairs(offset, job, co).exp().unsqueeze(-1)
     load = (d_co * share).sum(-2)  # (..., N, R)
     d_j = pressure.index_select(-2, job)  # (..., N, R)
     s_j = sens.index_select(-2, job)
     th = threshold.unsqueeze(-2)
     excess = _softplus(d_j + load - th) - _softplus(d_j - th)
     return -torch.log1p(s_j * excess.clamp_min(0.0)).sum(-1)
+
+
+def gather_pairs(cell: torch.Tensor, job: torch.Tensor, co: torch.Tensor) -> torch.Tensor:
+    """``cell[..., job_n, co_nk]``, shape ``(..., N, K)``, zero where ``co`` is the padding
+    ``J``. ``cell``: ``(..., J, J)``; ``job``: ``(N,)``; ``co``: ``(N, K)``."""
+    batch = cell.shape[:-2]
+    n_jobs = cell.shape[-1]
+    n, k = co.shape
+    padded = torch.cat([cell, cell.new_zeros(*batch, n_jobs, 1)], dim=-1)
+    flat = (job.unsqueeze(-1) * (n_jobs + 1) + co).reshape(-1)
+    return padded.reshape(*batch, -1).index_select(-1, flat).reshape(*batch, n, k)
+
+
+def cell_sum(
+    cell: torch.Tensor, job: torch.Tensor, co: torch.Tensor, share: torch.Tensor
+) -> torch.Tensor:
+    """:math:`\\sum_k g_{nk}\\, x_{j_n c_{nk}}`, shape ``(..., N)``: per-pair log-scale terms
+    ``cell`` (``(..., J, J)``) of each query's co-runners that share anything with it
+    (:math:`g_{nk} = \\max_r \\mathrm{share}_{nkr}`). ``job``: ``(N,)``; ``co``: ``(N, K)``
+    (``J`` = padding, no term); ``share``: ``(N, K, R)``.
+    """
+    contends = share.amax(-1).to(cell.dtype)  # (N, K): shares some resource
+    return (gather_pairs(cell, job, co) * contends).sum(-1)
 
 
 def smooth_cap(x: torch.Tensor, knee: float = COUNTER_KNEE) -> torch.Tensor:

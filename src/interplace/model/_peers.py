@@ -57,6 +57,7 @@ import pandas as pd
 from interplace.datasets.runs import CoLocationData
 from interplace.errors import InputError
 from interplace.model._evaluate import solo_counters
+from interplace.model._softimpute import LAMBDA_FRACTIONS, RANKS, biases, fit_cells
 
 __all__ = [
     "PEERS",
@@ -149,55 +150,6 @@ class SoftImpute:
         return _product(rows, self.pair)
 
 
-def _biases(
-    y: _FloatArray, ji: np.ndarray[Any, Any], ki: np.ndarray[Any, Any], n: int,
-    ridge: float = 1.0, iters: int = 30,
-) -> tuple[float, _FloatArray, _FloatArray]:
-    mu = float(y.mean())
-    a = np.zeros(n)
-    b = np.zeros(n)
-    cnt_j = np.bincount(ji, minlength=n) + ridge
-    cnt_k = np.bincount(ki, minlength=n) + ridge
-    for _ in range(iters):
-        a = np.bincount(ji, weights=y - mu - b[ki], minlength=n) / cnt_j
-        b = np.bincount(ki, weights=y - mu - a[ji], minlength=n) / cnt_k
-        mu = float(np.mean(y - a[ji] - b[ki]))
-    return mu, a, b
-
-
-def _soft_impute(
-    r: _FloatArray, mask: np.ndarray[Any, Any], lam: float, rank: int, iters: int = 200,
-    tol: float = 1e-5,
-) -> _FloatArray:
-    z = np.zeros_like(r)
-    for _ in range(iters):
-        x = np.where(mask, r, z)
-        u, s, vt = np.linalg.svd(x, full_matrices=False)
-        s = np.maximum(s - lam, 0.0)[:rank]
-        new = (u[:, :rank] * s) @ vt[:rank]
-        delta = float(np.sum((new - z) ** 2)) / max(float(np.sum(z**2)), 1e-12)
-        z = new
-        if delta < tol:
-            break
-    return z
-
-
-def _fit_cells(
-    y: _FloatArray, ji: np.ndarray[Any, Any], ki: np.ndarray[Any, Any], n: int, lam: float,
-    rank: int,
-) -> tuple[float, _FloatArray, _FloatArray, _FloatArray]:
-    mu, a, b = _biases(y, ji, ki, n)
-    r = np.zeros((n, n))
-    mask = np.zeros((n, n), dtype=bool)
-    r[ji, ki] = y - mu - a[ji] - b[ki]
-    mask[ji, ki] = True
-    return mu, a, b, _soft_impute(r, mask, lam, rank)
-
-
-RANKS = (1, 2, 3, 5, 8)
-LAMBDA_FRACTIONS = (0.5, 0.3, 0.2, 0.1, 0.05, 0.02, 0.005)
-
-
 def fit_soft_impute(data: CoLocationData, *, seed: int = 0, folds: int = 5) -> SoftImpute:
     """Fit :class:`SoftImpute` on ``data``'s pairs, rank and shrinkage by inner CV (seeded folds).
 
@@ -214,7 +166,7 @@ def fit_soft_impute(data: CoLocationData, *, seed: int = 0, folds: int = 5) -> S
     ji = np.asarray([index[j] for j, _ in cells.index])
     ki = np.asarray([index[k] for _, k in cells.index])
     y = cells.to_numpy(dtype=float)
-    mu, a, b = _biases(y, ji, ki, n)
+    mu, a, b = biases(y, ji, ki, n)
     r0 = np.zeros((n, n))
     r0[ji, ki] = y - mu - a[ji] - b[ki]
     smax = float(np.linalg.svd(r0, compute_uv=False)[0]) if n else 0.0
@@ -227,13 +179,13 @@ def fit_soft_impute(data: CoLocationData, *, seed: int = 0, folds: int = 5) -> S
             err = 0.0
             for f in range(int(fold.max()) + 1):
                 tr, te = fold != f, fold == f
-                m, aa, bb, z = _fit_cells(y[tr], ji[tr], ki[tr], n, lam, rank)
+                m, aa, bb, z = fit_cells(y[tr], ji[tr], ki[tr], n, lam, rank)
                 pred = m + aa[ji[te]] + bb[ki[te]] + z[ji[te], ki[te]]
                 err += float(np.abs(np.maximum(pred, MIN_SPEED) - y[te]).sum())
             if err < best_err - 1e-12:
                 best, best_err = (rank, lam), err
     rank, lam = best
-    mu, a, b, z = _fit_cells(y, ji, ki, n, lam, rank)
+    mu, a, b, z = fit_cells(y, ji, ki, n, lam, rank)
     return SoftImpute(jobs, mu, a, b, z, rank, lam)
 
 

@@ -150,6 +150,7 @@ def with_cold_jobs(
         posterior=post,
         info=info,
         families=families,
+        measured=model.measured,
     )
 
 

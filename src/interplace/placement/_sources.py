@@ -138,13 +138,15 @@ class MeasuredOverModel:
     r"""A fitted model whose predictions of measured pairs are centred on the measurements.
 
     A scheduler that placed jobs before has measured some pairs: the same measurements the
-    model was fitted on, or newer ones. The model smooths them (its fit of a training pair is
-    off by its residual), so a placement engine that only asked the model would lose what was
-    measured. This source answers a query of one co-runner on the same GPU that was measured
-    with the model's posterior draws shifted in log space so that their mean is the measured
-    mean speed, :math:`\log v^{(s)} \leftarrow \log v^{(s)} - \log \bar v + \log \bar y`
-    (the model's uncertainty around it kept); every other query (several co-runners, across
-    GPUs, unmeasured pairs) is the model's. Everything else (``jobs``, ``info``, ``draws``,
+    model was fitted on, or newer ones. A model fitted with its second stage (the default,
+    :mod:`interplace.model._cells`) already follows the pairs it was fitted on; one fitted
+    ``measured=False`` smooths them (its fit of a training pair is off by its residual), and
+    no model knows pairs measured after its fit. This source answers a query of one
+    co-runner on the same GPU that was measured with the model's posterior draws shifted in
+    log space so that their mean is the measured mean speed,
+    :math:`\log v^{(s)} \leftarrow \log v^{(s)} - \log \bar v + \log \bar y` (the model's
+    uncertainty around it kept); every other query (several co-runners, across GPUs,
+    unmeasured pairs) is the model's. Everything else (``jobs``, ``info``, ``draws``,
     ``demand``...) is the model's.
 
     >>> from interplace.datasets import synthetic

@@ -1,0 +1,262 @@
+"""The second stage of a fit: measured pairs and their effects (interplace.model._cells)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from interplace.datasets import CoLocationData, synthetic
+from interplace.errors import InputError
+from interplace.model import Hyper, InterferenceModel, Query, fit
+from interplace.model._cells import (
+    OFFSET_BOUND,
+    MeasuredPairs,
+    complete_effects,
+    measured_cells,
+    pair_log_speed,
+)
+from interplace.model._data import Observations
+from interplace.model._fit import MEASURED_DRAWS
+
+from .conftest import SMALL_STEPS
+
+DRAWS = 4000
+
+
+def _structure_only(model: InterferenceModel) -> InterferenceModel:
+    return dataclasses.replace(model, measured=None)
+
+
+def _log_speeds(model: InterferenceModel, queries: list[Query]) -> torch.Tensor:
+    return model.posterior_speed(queries, num_samples=DRAWS, seed=3).speed.log()
+
+
+def test_the_default_fit_keeps_its_measured_pairs(small_model: InterferenceModel) -> None:
+    m = small_model.measured
+    assert m is not None and len(m) == small_model.info["measured_pairs"] > 0
+    assert m.noise == small_model.hyper.measure_noise
+    # tau^2 = s^2 - sigma_m^2 (floored at (s/10)^2): below the structure's noise scale s.
+    s = float(small_model.posterior["speed_noise"][0].exp())
+    assert 0 < m.scale <= s
+
+
+def test_measured_false_leaves_the_structure_alone(small_model_rank0: InterferenceModel) -> None:
+    assert small_model_rank0.measured is None
+    assert small_model_rank0.info["measured_pairs"] == 0
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, None])
+def test_a_bad_measured_flag_is_refused(small_data: CoLocationData, bad: object) -> None:
+    with pytest.raises(InputError, match="measured must be True or False"):
+        fit(small_data, steps=1, min_steps=0, measured=bad)  # type: ignore[arg-type]
+
+
+def _mean_log_speed_check(
+    model: InterferenceModel, job: np.ndarray, co: np.ndarray, target: np.ndarray
+) -> None:
+    # The offsets were set so that the mean log speed over MEASURED_DRAWS posterior draws
+    # (seed = the fit's) meets the target; a fresh mean over DRAWS other draws differs by
+    # Monte Carlo error alone, sd / sqrt(MEASURED_DRAWS) + sd / sqrt(DRAWS) with sd each
+    # pair's posterior sd of the log speed. 5 of those bound it (a false alarm 1 in 10^6
+    # per pair).
+    jobs = model.jobs
+    q = [Query(jobs[j], (jobs[k],)) for j, k in zip(job, co, strict=True)]
+    log_v = _log_speeds(model, q)
+    sd = log_v.std(0).numpy()
+    tol = 5 * sd * (1 / math.sqrt(MEASURED_DRAWS) + 1 / math.sqrt(DRAWS)) + 1e-9
+    gap = np.abs(log_v.mean(0).numpy() - target)
+    assert bool((gap <= tol).all()), f"worst gap {gap.max():.4g} against {tol[gap.argmax()]:.4g}"
+
+
+def test_a_measured_pair_follows_its_measurement(small_model: InterferenceModel) -> None:
+    # Target of a measured pair: the structure's mean plus the effect's posterior mean,
+    # mu + m + w (ybar - mu - m), which is ybar up to a shrinkage of (1 - w) < 1%.
+    # A target no load meets (faster than the job alone, or slower than any) leaves its
+    # offset at a bound; the others must be met.
+    m = small_model.measured
+    assert m is not None
+    c = m.offset[m.job, m.co]
+    inside = np.abs(c) < OFFSET_BOUND - 1e-6
+    assert int((~inside).sum()) == small_model.info["completion"]["unreachable"]
+    assert inside.mean() >= 0.5
+    mu = pair_log_speed(_structure_only(small_model).draws(MEASURED_DRAWS, 0)).numpy()
+    mu_c, prior = mu[m.job, m.co], m.expected[m.job, m.co]
+    w = m.weight()
+    assert bool((w > 0.95).all())
+    target = mu_c + prior + w * (m.log_speed - mu_c - prior)
+    _mean_log_speed_check(small_model, m.job[inside], m.co[inside], target[inside])
+
+
+def test_an_unmeasured_pair_gets_its_prior_mean_and_spread(
+    small_data: CoLocationData,
+) -> None:
+    # Leave job0's pairs out of the fit (job0 keeps its isolated runs): its pairs are not
+    # measured. Its mean log speed moves by the completion's prior mean m; a new measurement
+    # of it adds a Student-t(speed_df) spread of scale tau (and the measurement noise, made
+    # negligible here so the spread's quartiles can be checked alone).
+    runs = small_data.runs
+    colocated = runs.groupby("run_id")["job"].transform("size") > 1
+    drop = runs.loc[colocated & (runs["job"] == "job0"), "run_id"].unique()
+    assert small_data.samples is not None
+    data = dataclasses.replace(
+        small_data,
+        runs=runs.loc[~runs["run_id"].isin(drop)].reset_index(drop=True),
+        samples=small_data.samples.loc[~small_data.samples["run_id"].isin(drop)]
+        .reset_index(drop=True),
+    )
+    model = fit(data, seed=0, steps=SMALL_STEPS, min_steps=SMALL_STEPS,
+                hyper=Hyper(measure_noise=1e-6))
+    pairs = model.measured
+    assert pairs is not None
+    assert 0 not in set(pairs.job.tolist()) | set(pairs.co.tolist())
+    mu = pair_log_speed(_structure_only(model).draws(MEASURED_DRAWS, 0)).numpy()
+    _mean_log_speed_check(model, np.array([0]), np.array([1]),
+                          np.array([mu[0, 1] + pairs.expected[0, 1]]))
+    p = model.posterior_speed([Query("job0", ("job1",))], num_samples=DRAWS, seed=3)
+    spread = (p.measured.log() - p.speed.log())[:, 0]
+    tau = pairs.scale
+    # The t(4) quartiles are +-0.741 tau. Sample quartiles of 4000 draws have a standard
+    # error of about 0.04 tau here, so 0.15 tau is over 3 of them.
+    q25, q50, q75 = np.quantile(spread.numpy(), [0.25, 0.5, 0.75])
+    assert abs(q50) <= 0.15 * tau
+    assert abs(q75 - 0.741 * tau) <= 0.15 * tau
+    assert abs(q25 + 0.741 * tau) <= 0.15 * tau
+
+
+def test_a_co_runner_sharing_nothing_adds_neither_offset_nor_spread(
+    small_model: InterferenceModel,
+) -> None:
+    # Offsets scale pressure on what is shared, and the unknown effect's spread comes with a
+    # co-runner that shares something: a co-runner sharing nothing changes no draw.
+    jobs = small_model.jobs
+    alone = small_model.posterior_speed([Query(jobs[0], ())], num_samples=64, seed=5)
+    apart = small_model.posterior_speed(
+        [Query(jobs[0], (jobs[1],), ((),))], num_samples=64, seed=5
+    )
+    torch.testing.assert_close(alone.speed, apart.speed, rtol=0, atol=0)
+    torch.testing.assert_close(alone.measured, apart.measured, rtol=0, atol=0)
+
+
+def test_predictions_with_measured_pairs_are_reproducible(
+    small_model: InterferenceModel,
+) -> None:
+    q = [Query(a, (b,)) for a in small_model.jobs for b in small_model.jobs]
+    a = small_model.posterior_speed(q, num_samples=50, seed=7)
+    b = small_model.posterior_speed(q, num_samples=50, seed=7)
+    torch.testing.assert_close(a.speed, b.speed, rtol=0, atol=0)
+    torch.testing.assert_close(a.measured, b.measured, rtol=0, atol=0)
+
+
+def test_the_training_pairs_are_reproduced_where_the_structure_cannot_explain_them() -> None:
+    # Data with a rank-2 pair effect fitted by the mechanism alone (rank 0): the structure
+    # misses the pair effect, the second stage keeps it. With it the posterior mean of a
+    # measured pair lies within a few measurement-noise units of the measured mean; without
+    # it the misfit stays (the pair effect's spread is 0.3 on the log scale).
+    data = synthetic(6, seed=4, samples_per_run=4, pair_rank=2, pair_scale=0.3)
+    model = fit(data, seed=0, steps=SMALL_STEPS, min_steps=SMALL_STEPS, rank=0)
+    m = model.measured
+    assert m is not None
+    jobs = model.jobs
+    q = [Query(jobs[j], (jobs[k],)) for j, k in zip(m.job, m.co, strict=True)]
+    ybar = m.log_speed
+
+    def err(mod: InterferenceModel) -> float:
+        return float(np.mean(np.abs(mod.posterior_speed(q, seed=1).speed.log().mean(0).numpy()
+                                    - ybar)))
+
+    with_effects, structure = err(model), err(_structure_only(model))
+    assert with_effects < 0.25 * structure
+    assert with_effects < 3 * m.noise
+
+
+def test_measured_cells_skip_runs_of_three_and_cross_device_pairs() -> None:
+    n_jobs = 3
+    co = np.array([[1, 3], [1, 2], [2, 3], [0, 3]])
+    share = np.ones((4, 2, 2))
+    share[2, 0, 1] = 0.0  # job 1 next to job 2 shares one resource only: another device
+    share[:, 1, :] = np.where(co[:, 1:] < n_jobs, 1.0, 0.0)
+    obs = Observations(
+        np.array([0, 0, 1, 2]), co, share, np.array([0.5, 0.4, 0.7, 0.9]), np.arange(4)
+    )
+    flat, mean, n = measured_cells(obs, n_jobs)
+    assert flat.tolist() == [0 * 3 + 1, 2 * 3 + 0] and n.tolist() == [1, 1]
+    np.testing.assert_allclose(mean, np.log([0.5, 0.9]))
+
+
+def _planted(seed: int, n: int = 20) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    a, b = 0.1 * rng.standard_normal(n), 0.1 * rng.standard_normal(n)
+    u, v = rng.standard_normal((n, 2)), rng.standard_normal((n, 2))
+    full = a[:, None] + b[None, :] + 0.05 * u @ v.T
+    job, co = np.divmod(np.arange(n * n), n)
+    return full, job, co, 0.01 * rng.standard_normal(n * n)
+
+
+def test_the_completion_recovers_planted_biases_and_a_low_rank_term() -> None:
+    # Residuals = biases + rank-2 term (mean absolute size about 0.11) + noise 0.01, 70% of
+    # the cells seen: the completion's error on the unseen 30% must be well under that size
+    # (the error of no completion). A third of it is a loose bound: on this data it is 0.12
+    # of it, and the noise's own mean absolute size is 0.07 of it.
+    full, job, co, noise = _planted(0)
+    seen = np.random.default_rng(1).random(job.size) < 0.7
+    y = full[job, co] + noise
+    mat, info = complete_effects(y[seen], job[seen], co[seen], 20, seed=0)
+    unseen = ~seen
+    err = np.mean(np.abs(mat[job[unseen], co[unseen]] - full[job[unseen], co[unseen]]))
+    spread = np.mean(np.abs(full[job[unseen], co[unseen]]))
+    assert info["choice"] in ("biases", "low-rank")
+    assert err < spread / 3
+
+
+def test_the_completion_is_seed_stable_and_needs_enough_pairs() -> None:
+    full, job, co, noise = _planted(2, n=6)
+    y = full[job, co] + noise
+    a, _ = complete_effects(y, job, co, 6, seed=3)
+    b, _ = complete_effects(y, job, co, 6, seed=3)
+    np.testing.assert_array_equal(a, b)
+    few, info = complete_effects(y[:9], job[:9], co[:9], 6, seed=0)
+    assert info["choice"] == "none" and not few.any()
+
+
+def _pairs(**change: object) -> MeasuredPairs:
+    base: dict[str, object] = {
+        "job": np.array([0, 1]), "co": np.array([1, 0]), "log_speed": np.array([-0.2, -0.3]),
+        "n": np.array([1, 2]), "scale": 0.1, "noise": 0.02, "expected": np.zeros((2, 2)),
+        "offset": np.zeros((2, 2)),
+    }
+    base.update(change)
+    return MeasuredPairs(**base)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"co": np.array([1])}, r"must be \(C,\) arrays"),
+        ({"job": np.array([-1, 1])}, "indices must be >= 0"),
+        ({"n": np.array([0, 1])}, "at least one measurement"),
+        ({"log_speed": np.array([np.nan, 0.0])}, "must be finite"),
+        ({"scale": 0.0}, "scale must be a finite float > 0"),
+        ({"noise": math.inf}, "noise must be a finite float > 0"),
+        ({"job": np.array([0, 0]), "co": np.array([1, 1])}, "listed twice"),
+        ({"expected": np.zeros((2, 3))}, "finite square"),
+        ({"expected": np.full((2, 2), np.nan)}, "finite square"),
+        ({"expected": np.zeros((1, 1)), "offset": np.zeros((1, 1))}, "outside expected"),
+        ({"offset": np.zeros((3, 3))}, "differ in shape"),
+        ({"offset": np.full((2, 2), 13.0)}, "offsets must lie in"),
+    ],
+)
+def test_bad_measured_pairs_are_refused(change: dict[str, object], message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        _pairs(**change)
+
+
+def test_measured_pairs_naming_unknown_jobs_are_refused(
+    small_model: InterferenceModel,
+) -> None:
+    bad = _pairs(job=np.array([0, 9]), expected=np.zeros((10, 10)), offset=np.zeros((10, 10)))
+    with pytest.raises(InputError, match="cover 10 jobs, not 4"):
+        dataclasses.replace(small_model, measured=bad)
