@@ -108,7 +108,13 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[InterferenceModel,
     from interplace.datasets import synthetic
     from interplace.model import fit
 
-    model = fit(synthetic(4, seed=2, samples_per_run=8), seed=0, steps=200, min_steps=200)
+    # The structure alone (measured=False): this fixture tests the extender's rounds, which
+    # assume every co-location costs something. With the second stage, a synthetic pair whose
+    # noisy measurements sit at or above its solo speed keeps that measurement (a free
+    # co-location, as measured), and an idle GPU is no longer strictly preferred.
+    model = fit(
+        synthetic(4, seed=2, samples_per_run=8), seed=0, steps=200, min_steps=200, measured=False
+    )
     return model, list(model.jobs)
 
 
