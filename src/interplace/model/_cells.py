@@ -36,11 +36,12 @@ and an unmeasured pair's is :math:`m_{jk}`.
 offset :math:`c_{jk}`, which scales co-runner ``k``'s pressure on ``j`` by :math:`e^{c_{jk}}`
 on every resource they share (as the low-rank term does,
 :func:`~interplace.model._net.log_speed`), chosen so that the posterior mean log speed of the
-pair alone on one device equals :math:`\bar\mu_{jk} + \hat\delta_{jk}` (bisection, the mean
-being decreasing in :math:`c`). So a measured pair's prediction follows its measurement, the
-speed stays monotone in the co-runners and in what they share (an added co-runner, or a
-resource more shared, only adds load), several co-runners compose through the load as the
-structure's do, and a pair behind one switch is scaled as its measured pressure says. A
+pair alone on one device equals :math:`\bar\mu_{jk} + \hat\delta_{jk}` (a bracketed root
+search, the mean being decreasing in :math:`c`). So a measured pair's prediction follows its
+measurement, the speed stays monotone in the co-runners and in what they share (an added
+co-runner, or a resource more shared, only adds load), several co-runners compose through
+the load as the structure's do, and a pair behind one switch is scaled as its measured
+pressure says. A
 target faster than the job alone (a measured speed above its reference) is unreachable by
 any load: the offset then all but switches the co-runner's pressure off, and the job runs at
 its alone speed.
@@ -70,7 +71,7 @@ import torch
 
 from interplace.errors import InputError
 from interplace.model._data import Observations
-from interplace.model._net import log_speed, pressure, sensitivity
+from interplace.model._net import KAPPA, _softplus, pressure, sensitivity
 from interplace.model._softimpute import LAMBDA_FRACTIONS, RANKS, biases, fit_cells
 
 __all__ = [
@@ -254,44 +255,106 @@ def complete_effects(
     return fitted(*best, np.arange(c)), info
 
 
-def pair_log_speed(
-    draws: Mapping[str, torch.Tensor], offset: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Posterior mean log speed of every job next to every other alone on one device,
-    ``(J, J)`` (isolated-reference bias included), from posterior ``draws`` (``(S, ...)``
-    each, as :meth:`~interplace.model.InterferenceModel.draws` gives) and pressure offsets
-    ``offset`` (``(J, J)``; None: none)."""
-    n_jobs = draws["log_demand"].shape[-2]
-    n_res = draws["log_demand"].shape[-1]
+def _pair_terms(draws: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """What :func:`pair_log_speed` computes before the offset enters, each with draws first:
+    the job's pressure ``(S, J, 1, R)``, the co-runner's pressure times :math:`e^{z_{jk}}`
+    ``(S, J, J, R)``, the job's sensitivity ``(S, J, 1, R)``, the threshold ``(S, 1, 1, R)``
+    and the isolated-reference bias ``(S, J, 1)``."""
     press = pressure(draws["log_demand"], draws["log_intensity"])
     sens = sensitivity(
         draws["log_demand"], draws["sens_eps"], draws["sens_loc"], draws["sens_slope"],
         draws["sens_scale"],
     )
-    idx = torch.arange(n_jobs)
-    job = idx.repeat_interleave(n_jobs)
-    co = idx.repeat(n_jobs).unsqueeze(-1)
-    share = torch.ones((n_jobs * n_jobs, 1, n_res), dtype=torch.float64)
-    ls = log_speed(
-        press, sens, draws["threshold"], job, co, share, draws.get("pair_u"),
-        draws.get("pair_w"), offset,
-    ) + draws["iso_bias"].index_select(-1, job)
-    return ls.mean(0).reshape(n_jobs, n_jobs)
+    co_press = press.unsqueeze(-3)  # (S, 1, J, R): co-runner k's pressure
+    u, w = draws.get("pair_u"), draws.get("pair_w")
+    if u is not None and w is not None:
+        co_press = co_press * (u @ w.transpose(-1, -2)).exp().unsqueeze(-1)
+    return (
+        press.unsqueeze(-2), co_press, sens.unsqueeze(-2),
+        draws["threshold"].unsqueeze(-2).unsqueeze(-2), draws["iso_bias"].unsqueeze(-1),
+    )
 
 
-def _bisect_offsets(
-    draws: Mapping[str, torch.Tensor], target: torch.Tensor, iters: int = 40
+def pair_log_speed(
+    draws: Mapping[str, torch.Tensor],
+    offset: torch.Tensor | None = None,
+    *,
+    terms: tuple[torch.Tensor, ...] | None = None,
 ) -> torch.Tensor:
-    """Offsets ``(J, J)`` at which :func:`pair_log_speed` meets ``target`` (clamped at the
-    bounds where it cannot)."""
+    """Posterior mean log speed of every job next to every other alone on one device,
+    ``(J, J)`` (isolated-reference bias included), from posterior ``draws`` (``(S, ...)``
+    each, as :meth:`~interplace.model.InterferenceModel.draws` gives) and pressure offsets
+    ``offset`` (``(J, J)``; None: none). It is :func:`~interplace.model._net.log_speed`
+    for one co-runner sharing every resource, evaluated for all ``J * J`` pairs at once;
+    ``terms`` (:func:`_pair_terms` of ``draws``) saves recomputing what the offset does
+    not change."""
+    press_j, co_press, sens_j, th, bias = _pair_terms(draws) if terms is None else terms
+    if offset is not None:
+        co_press = co_press * offset.exp().unsqueeze(-1)
+    base = _softplus(press_j - th)
+    excess = _softplus(press_j + co_press - th) - base
+    ls = -torch.log1p(sens_j * excess.clamp_min(0.0)).sum(-1) + bias
+    return ls.mean(0)
+
+
+def _solve_offsets(
+    draws: Mapping[str, torch.Tensor], target: torch.Tensor, *, tol: float = 1e-10,
+    max_iters: int = 60,
+) -> torch.Tensor:
+    r"""Offsets ``(J, J)`` at which :func:`pair_log_speed` meets ``target`` (the bound where it
+    cannot: above the speed alone, ``-OFFSET_BOUND``; below the fully loaded speed,
+    ``+OFFSET_BOUND``).
+
+    The mean log speed :math:`f(c)` is smooth and decreasing in the offset, so the root is
+    bracketed in ``[-OFFSET_BOUND, OFFSET_BOUND]``: 8 bisection steps narrow the bracket to
+    0.09, then Newton steps on the analytic slope,
+
+    .. math:: f'(c) = -\frac{1}{S} \sum_{s, r} \frac{s_{jr}\, \sigma(\kappa x_r)\,
+              q_r e^{c}}{1 + s_{jr}\, [\mathrm{sp}(x_r) - \mathrm{sp}(p_{jr} - \theta_r)]},
+              \quad x_r = p_{jr} + q_r e^{c} - \theta_r,
+
+    (:math:`q_r`: the co-runner's pressure times :math:`e^{z_{jk}}`), fall back to bisection
+    whenever a step leaves the bracket, until :math:`|f - \text{target}| \le` ``tol`` on
+    every reachable pair. A plain bisection to the same accuracy took 40 evaluations of
+    :func:`pair_log_speed`; this takes about 15.
+    """
+    terms = _pair_terms(draws)
+    press_j, co_press, sens_j, th, bias = terms
+    base = _softplus(press_j - th)
+
+    def f(c: torch.Tensor) -> torch.Tensor:
+        return pair_log_speed(draws, c, terms=terms) - target
+
+    def f_slope(c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        load = co_press * c.exp().unsqueeze(-1)
+        x = press_j + load - th
+        excess = (_softplus(x) - base).clamp_min(0.0)
+        value = (-torch.log1p(sens_j * excess).sum(-1) + bias).mean(0) - target
+        grad = sens_j * torch.sigmoid(KAPPA * x) * load / (1.0 + sens_j * excess)
+        return value, -grad.sum(-1).mean(0)
+
     lo = torch.full_like(target, -OFFSET_BOUND)
     hi = torch.full_like(target, OFFSET_BOUND)
-    for _ in range(iters):
+    below = f(lo) <= 0  # even with the co-runner's pressure off: too slow (or exactly met)
+    above = f(hi) >= 0  # even with it beyond any capacity: too fast
+    for _ in range(8):
         mid = 0.5 * (lo + hi)
-        too_slow = pair_log_speed(draws, mid) < target  # decreasing in the offset
-        hi = torch.where(too_slow, mid, hi)
-        lo = torch.where(too_slow, lo, mid)
-    return 0.5 * (lo + hi)
+        slow = f(mid) < 0
+        hi = torch.where(slow, mid, hi)
+        lo = torch.where(slow, lo, mid)
+    x = 0.5 * (lo + hi)
+    for _ in range(max_iters):
+        value, slope = f_slope(x)
+        if bool(((value.abs() <= tol) | below | above).all()):
+            break
+        slow = value < 0
+        hi = torch.where(slow, x, hi)
+        lo = torch.where(slow, lo, x)
+        step = x - value / slope
+        inside = torch.isfinite(step) & (step > lo) & (step < hi)
+        x = torch.where(value.abs() <= tol, x, torch.where(inside, step, 0.5 * (lo + hi)))
+    x = torch.where(below, -OFFSET_BOUND, x)
+    return torch.where(above & ~below, OFFSET_BOUND, x)
 
 
 def measured_pairs(
@@ -329,7 +392,7 @@ def measured_pairs(
     w = tau**2 / (tau**2 + measure_noise**2 / counts)
     effect[job, co] = expected[job, co] + w * (residual - expected[job, co])
     target = mu + torch.as_tensor(effect)
-    offset = _bisect_offsets(draws, target)
+    offset = _solve_offsets(draws, target)
     reached = pair_log_speed(draws, offset)[job, co]
     info["unreachable"] = int(((reached - target[job, co]).abs() > 1e-6).sum())
     pairs = MeasuredPairs(
