@@ -180,7 +180,11 @@ def test_ctrl_c_loses_no_finished_trial(capsys: pytest.CaptureFixture[str], spac
 
     out = tmp_path / "trials.csv"
     code = "import json, sys, time; p = json.load(sys.stdin); time.sleep(0.3); print(p['x'])"
-    argv = [sys.executable, "-m", "interplace.cli", "tune", "--space", str(space), "--budget",
+    # A shell's background job (CI run with `&`) inherits SIGINT ignored, and Python then
+    # installs no KeyboardInterrupt handler: restore it, as an interactive terminal has it.
+    start = ("import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+             "runpy.run_module('interplace.cli', run_name='__main__', alter_sys=True)")
+    argv = [sys.executable, "-c", start, "tune", "--space", str(space), "--budget",
             "50", "--init", "50", "--out", str(out), "--", sys.executable, "-c", code]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
