@@ -41,10 +41,9 @@ search, the mean being decreasing in :math:`c`). So a measured pair's prediction
 measurement, the speed stays monotone in the co-runners and in what they share (an added
 co-runner, or a resource more shared, only adds load), several co-runners compose through
 the load as the structure's do, and a pair behind one switch is scaled as its measured
-pressure says. A
-target faster than the job alone (a measured speed above its reference) is unreachable by
-any load: the offset then all but switches the co-runner's pressure off, and the job runs at
-its alone speed.
+pressure says. A target faster than the job alone (a measured speed above its reference) is
+unreachable by any load: the offset then all but switches the co-runner's pressure off, and
+the job runs at its alone speed.
 
 *Intervals.* A new measurement of a measured pair adds the measurement noise
 :math:`\sigma_m` (Student-t with the structure's degrees of freedom); next to a co-runner
@@ -256,10 +255,11 @@ def complete_effects(
 
 
 def _pair_terms(draws: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
-    """What :func:`pair_log_speed` computes before the offset enters, each with draws first:
+    r"""What :func:`pair_log_speed` computes before the offset enters, each with draws first:
     the job's pressure ``(S, J, 1, R)``, the co-runner's pressure times :math:`e^{z_{jk}}`
-    ``(S, J, J, R)``, the job's sensitivity ``(S, J, 1, R)``, the threshold ``(S, 1, 1, R)``
-    and the isolated-reference bias ``(S, J, 1)``."""
+    ``(S, J, J, R)``, the job's sensitivity ``(S, J, 1, R)``, the threshold ``(S, 1, 1, R)``,
+    the isolated-reference bias ``(S, J, 1)`` and the job's own excess over the threshold,
+    :math:`\mathrm{sp}(p_{jr} - \theta_r)`, ``(S, J, 1, R)``."""
     press = pressure(draws["log_demand"], draws["log_intensity"])
     sens = sensitivity(
         draws["log_demand"], draws["sens_eps"], draws["sens_loc"], draws["sens_slope"],
@@ -269,9 +269,11 @@ def _pair_terms(draws: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
     u, w = draws.get("pair_u"), draws.get("pair_w")
     if u is not None and w is not None:
         co_press = co_press * (u @ w.transpose(-1, -2)).exp().unsqueeze(-1)
+    press_j = press.unsqueeze(-2)
+    th = draws["threshold"].unsqueeze(-2).unsqueeze(-2)
     return (
-        press.unsqueeze(-2), co_press, sens.unsqueeze(-2),
-        draws["threshold"].unsqueeze(-2).unsqueeze(-2), draws["iso_bias"].unsqueeze(-1),
+        press_j, co_press, sens.unsqueeze(-2), th, draws["iso_bias"].unsqueeze(-1),
+        _softplus(press_j - th),
     )
 
 
@@ -288,10 +290,9 @@ def pair_log_speed(
     for one co-runner sharing every resource, evaluated for all ``J * J`` pairs at once;
     ``terms`` (:func:`_pair_terms` of ``draws``) saves recomputing what the offset does
     not change."""
-    press_j, co_press, sens_j, th, bias = _pair_terms(draws) if terms is None else terms
+    press_j, co_press, sens_j, th, bias, base = _pair_terms(draws) if terms is None else terms
     if offset is not None:
         co_press = co_press * offset.exp().unsqueeze(-1)
-    base = _softplus(press_j - th)
     excess = _softplus(press_j + co_press - th) - base
     ls = -torch.log1p(sens_j * excess.clamp_min(0.0)).sum(-1) + bias
     return ls.mean(0)
@@ -319,8 +320,7 @@ def _solve_offsets(
     :func:`pair_log_speed`; this takes about 15.
     """
     terms = _pair_terms(draws)
-    press_j, co_press, sens_j, th, bias = terms
-    base = _softplus(press_j - th)
+    press_j, co_press, sens_j, th, bias, base = terms
 
     def f(c: torch.Tensor) -> torch.Tensor:
         return pair_log_speed(draws, c, terms=terms) - target
