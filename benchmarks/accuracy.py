@@ -353,6 +353,16 @@ def decision(seeds: list[int], mixes: int, workers: int) -> dict[str, Any]:
             "per_seed": per_seed}
 
 
+def _save(results: dict[str, Any], out: Path | None) -> None:
+    """Write the results so far to ``out`` atomically (temp file, then rename), so a run cut
+    short keeps every finished split and never leaves a half-written file."""
+    if out is None:
+        return
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(results, indent=2) + "\n")
+    tmp.replace(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -401,6 +411,7 @@ def main() -> None:
             results["splits"].append(
                 split_results(load_gavel(gpu).data, "random", args.seeds, family, args.workers)
             )
+            _save(results, args.out)
     if "lucid" in args.parts and args.lucid.is_dir():
         lucid = load_lucid(args.lucid)
         for family in families:
@@ -408,19 +419,21 @@ def main() -> None:
                 results["splits"].append(
                     split_results(lucid, kind, args.seeds, family, args.workers)
                 )
+                _save(results, args.out)
         results["fit_time_lucid"] = [fit_time(lucid, len(args.seeds), f) for f in families]
+        _save(results, args.out)
     elif "lucid" in args.parts:
         print(f"  {args.lucid} not found: Lucid skipped", file=sys.stderr)
     if "ablation" in args.parts and args.lucid.is_dir():
         results["family_ablation"] = family_ablation(load_lucid(args.lucid), args.seeds)
+        _save(results, args.out)
     if "denoise" in args.parts:
         results["denoise"] = denoise(args.seeds)
+        _save(results, args.out)
     if "decision" in args.parts:
         results["decision"] = decision(args.seeds, args.mixes, args.workers)
-    text = json.dumps(results, indent=2)
-    if args.out:
-        args.out.write_text(text + "\n")
-    print(text)
+    _save(results, args.out)
+    print(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

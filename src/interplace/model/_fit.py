@@ -214,7 +214,11 @@ def fit(
     try:
         with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
             torch.manual_seed(seed)
-            with pyro.settings.context(module_local_params=True):
+            # Validation off for SVI: Pyro's and torch's per-sample support and argument
+            # checks cost a quarter of every step on Lucid (measured: 150 steps 3.6-4.1 s
+            # against 5.0-5.2 s, the same losses), and guard nothing here: the inputs are
+            # checked when the observations are built, and a non-finite loss raises below.
+            with pyro.settings.context(module_local_params=True), pyro.validation_enabled(False):
                 # Both modules are built under the setting, so their parameters stay local.
                 fam_t, n_fam = None, 0
                 if families is not None:
