@@ -15,6 +15,7 @@ from interplace.model import Hyper, InterferenceModel, Query, fit
 from interplace.model._cells import (
     OFFSET_BOUND,
     MeasuredPairs,
+    _solve_offsets,
     complete_effects,
     measured_cells,
     pair_log_speed,
@@ -171,6 +172,47 @@ def test_the_training_pairs_are_reproduced_where_the_structure_cannot_explain_th
     with_effects, structure = err(model), err(_structure_only(model))
     assert with_effects < 0.25 * structure
     assert with_effects < 3 * m.noise
+
+
+def _random_draws(pair: bool, seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    s, j, r = 30, 6, 3
+
+    def n(*shape: int, sd: float = 1.0) -> torch.Tensor:
+        return sd * torch.randn(shape, generator=g, dtype=torch.float64)
+
+    draws = {
+        "log_demand": n(s, j, r, sd=0.7) - 1.0, "log_intensity": n(s, j, r, sd=0.3),
+        "sens_eps": n(s, j, r), "sens_loc": n(s, r, sd=0.3), "sens_slope": 0.5 + n(s, r, sd=0.1),
+        "sens_scale": n(s, r, sd=0.1).exp() * 0.5, "threshold": n(s, r, sd=0.1) + 0.8,
+        "iso_bias": n(s, j, sd=0.02),
+    }
+    if pair:
+        draws |= {"pair_u": n(s, j, 2, sd=0.5), "pair_w": n(s, j, 2, sd=0.5)}
+    return draws
+
+
+@pytest.mark.parametrize("pair", [False, True])
+def test_the_offsets_meet_every_reachable_target(pair: bool) -> None:
+    # Targets spread around the structure's own pair speeds, some beyond either bound. A
+    # reachable pair's offset must meet its target to the solver's tolerance (1e-10, with
+    # room for summation order); an unreachable one sits at the bound on its side.
+    draws = _random_draws(pair, seed=5)
+    base = pair_log_speed(draws)
+    g = torch.Generator().manual_seed(6)
+    target = base + 0.3 * torch.randn(base.shape, generator=g, dtype=torch.float64)
+    target[0, 1] = pair_log_speed(draws, torch.full_like(base, -OFFSET_BOUND))[0, 1] + 0.5
+    target[2, 3] = pair_log_speed(draws, torch.full_like(base, OFFSET_BOUND))[2, 3] - 0.5
+    offset = _solve_offsets(draws, target)
+    reached = pair_log_speed(draws, offset)
+    lo_speed = pair_log_speed(draws, torch.full_like(base, OFFSET_BOUND))
+    hi_speed = pair_log_speed(draws, torch.full_like(base, -OFFSET_BOUND))
+    ok = (target < hi_speed) & (target > lo_speed)
+    assert not bool(ok[0, 1]) and not bool(ok[2, 3])
+    assert int(ok.sum()) >= base.numel() - 4
+    assert float((reached - target)[ok].abs().max()) < 1e-9
+    assert float(offset[0, 1]) == -OFFSET_BOUND
+    assert float(offset[2, 3]) == OFFSET_BOUND
 
 
 def test_measured_cells_skip_runs_of_three_and_cross_device_pairs() -> None:

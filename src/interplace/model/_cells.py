@@ -317,21 +317,14 @@ def _solve_offsets(
     (:math:`q_r`: the co-runner's pressure times :math:`e^{z_{jk}}`), fall back to bisection
     whenever a step leaves the bracket, until :math:`|f - \text{target}| \le` ``tol`` on
     every reachable pair. A plain bisection to the same accuracy took 40 evaluations of
-    :func:`pair_log_speed`; this takes about 15.
+    :func:`pair_log_speed`; this takes 10 of the whole grid and Newton steps on the pairs not
+    yet met only.
     """
     terms = _pair_terms(draws)
     press_j, co_press, sens_j, th, bias, base = terms
 
     def f(c: torch.Tensor) -> torch.Tensor:
         return pair_log_speed(draws, c, terms=terms) - target
-
-    def f_slope(c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        load = co_press * c.exp().unsqueeze(-1)
-        x = press_j + load - th
-        excess = (_softplus(x) - base).clamp_min(0.0)
-        value = (-torch.log1p(sens_j * excess).sum(-1) + bias).mean(0) - target
-        grad = sens_j * torch.sigmoid(KAPPA * x) * load / (1.0 + sens_j * excess)
-        return value, -grad.sum(-1).mean(0)
 
     lo = torch.full_like(target, -OFFSET_BOUND)
     hi = torch.full_like(target, OFFSET_BOUND)
@@ -343,16 +336,50 @@ def _solve_offsets(
         hi = torch.where(slow, mid, hi)
         lo = torch.where(slow, lo, mid)
     x = 0.5 * (lo + hi)
+    # Newton steps on the pairs still open only: each pair's iterates are its own, so pairs
+    # that have met the target leave the set (most do within three steps) and the rest cost
+    # what they are, not the whole J x J grid.
+    n_jobs = target.shape[-1]
+    active = torch.nonzero(~(below | above).reshape(-1)).squeeze(-1)
+    j_of = torch.div(active, n_jobs, rounding_mode="floor")
+    s_draws, n_res = co_press.shape[0], co_press.shape[-1]
+    # (co_press is (S, 1, J, R) without a pair term: expanded to every (j, k) first)
+    q = co_press.expand(s_draws, n_jobs, n_jobs, n_res).reshape(s_draws, -1, n_res)
+    q = q.index_select(1, active)
+    p_j = press_j.squeeze(-2).index_select(1, j_of)
+    s_j = sens_j.squeeze(-2).index_select(1, j_of)
+    b_j = base.squeeze(-2).index_select(1, j_of)
+    bias_j = bias.squeeze(-1).index_select(1, j_of)
+    th_r = th.reshape(s_draws, 1, n_res)
+    flat_x, flat_lo, flat_hi = x.reshape(-1).clone(), lo.reshape(-1), hi.reshape(-1)
+    xa, loa, hia = flat_x[active], flat_lo[active], flat_hi[active]
+    ta = target.reshape(-1)[active]
     for _ in range(max_iters):
-        value, slope = f_slope(x)
-        if bool(((value.abs() <= tol) | below | above).all()):
+        if active.numel() == 0:
             break
+        load = q * xa.exp().unsqueeze(-1)
+        arg = p_j + load - th_r
+        excess = (_softplus(arg) - b_j).clamp_min(0.0)
+        value = (-torch.log1p(s_j * excess).sum(-1) + bias_j).mean(0) - ta
+        slope = -(s_j * torch.sigmoid(KAPPA * arg) * load / (1.0 + s_j * excess)).sum(-1).mean(0)
+        done = value.abs() <= tol
+        flat_x[active] = xa
+        if bool(done.all()):
+            break
+        keep = ~done
+        active, xa, loa, hia, ta = active[keep], xa[keep], loa[keep], hia[keep], ta[keep]
+        value, slope = value[keep], slope[keep]
+        q, p_j, s_j = q[:, keep], p_j[:, keep], s_j[:, keep]
+        b_j, bias_j = b_j[:, keep], bias_j[:, keep]
         slow = value < 0
-        hi = torch.where(slow, x, hi)
-        lo = torch.where(slow, lo, x)
-        step = x - value / slope
-        inside = torch.isfinite(step) & (step > lo) & (step < hi)
-        x = torch.where(value.abs() <= tol, x, torch.where(inside, step, 0.5 * (lo + hi)))
+        hia = torch.where(slow, xa, hia)
+        loa = torch.where(slow, loa, xa)
+        step = xa - value / slope
+        inside = torch.isfinite(step) & (step > loa) & (step < hia)
+        xa = torch.where(inside, step, 0.5 * (loa + hia))
+    else:
+        flat_x[active] = xa
+    x = flat_x.reshape(target.shape)
     x = torch.where(below, -OFFSET_BOUND, x)
     return torch.where(above & ~below, OFFSET_BOUND, x)
 
