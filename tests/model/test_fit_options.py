@@ -50,3 +50,17 @@ def test_a_job_alone_still_runs_at_its_reference_with_the_pair_term(
     p = small_model.posterior_speed([Query("job0", ())])
     b = small_model.draws(500)["iso_bias"][:, 0].exp().mean()
     assert float(p.mean[0]) == pytest.approx(float(b), rel=1e-9)
+
+
+def test_a_diverging_fit_raises_one_error_and_leaves_validation_as_it_was() -> None:
+    # An absurd learning rate sends the first step's parameters to infinity, so the next loss
+    # is NaN. The fit must say so as an InputError (the suite runs with warnings as errors, so
+    # Pyro's own NaN warning escaping would fail this test too), and the validation switch it
+    # turns off for SVI must be back on afterwards.
+    import pyro
+
+    assert pyro.infer.is_validation_enabled()
+    with pytest.raises(InputError, match="the fit diverged"):
+        fit(synthetic(3, seed=0, samples_per_run=2), steps=60, min_steps=0, lr=1e6)
+    assert pyro.infer.is_validation_enabled()
+    assert pyro.poutine.is_validation_enabled()
