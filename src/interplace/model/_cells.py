@@ -293,14 +293,27 @@ def pair_log_speed(
     press_j, co_press, sens_j, th, bias, base = _pair_terms(draws) if terms is None else terms
     if offset is not None:
         co_press = co_press * offset.exp().unsqueeze(-1)
-    excess = _softplus(press_j + co_press - th) - base
-    ls = -torch.log1p(sens_j * excess.clamp_min(0.0)).sum(-1) + bias
-    return ls.mean(0)
+    return _mean_log_speed(press_j, co_press, th, sens_j, base, bias)[0]
+
+
+def _mean_log_speed(
+    press_j: torch.Tensor, load: torch.Tensor, th: torch.Tensor, sens_j: torch.Tensor,
+    base: torch.Tensor, bias: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    r"""The pair curve's posterior mean log speed over the draws (the first dimension),
+    :math:`\frac{1}{S} \sum_s [\beta_j - \sum_r \log(1 + s_{jr} e_r)]` with the excess
+    :math:`e_r = \max(0, \mathrm{sp}(x_r) - \mathrm{sp}(p_{jr} - \theta_r))` and
+    :math:`x_r = p_{jr} + \text{load}_r - \theta_r`, returned with :math:`x` and :math:`e`
+    (the offset search's slope reuses them). Shapes broadcast as :func:`_pair_terms` gives
+    them, or gathered to ``(S, A, R)`` for ``A`` pairs."""
+    arg = press_j + load - th
+    excess = (_softplus(arg) - base).clamp_min(0.0)
+    return (-torch.log1p(sens_j * excess).sum(-1) + bias).mean(0), arg, excess
 
 
 def _solve_offsets(
     draws: Mapping[str, torch.Tensor], target: torch.Tensor, *, tol: float = 1e-10,
-    max_iters: int = 60,
+    max_iters: int = 60, terms: tuple[torch.Tensor, ...] | None = None,
 ) -> torch.Tensor:
     r"""Offsets ``(J, J)`` at which :func:`pair_log_speed` meets ``target`` (the bound where it
     cannot: above the speed alone, ``-OFFSET_BOUND``; below the fully loaded speed,
@@ -318,9 +331,9 @@ def _solve_offsets(
     whenever a step leaves the bracket, until :math:`|f - \text{target}| \le` ``tol`` on
     every reachable pair. A plain bisection to the same accuracy took 40 evaluations of
     :func:`pair_log_speed`; this takes 10 of the whole grid and Newton steps on the pairs not
-    yet met only.
+    yet met only. ``terms``: as for :func:`pair_log_speed`.
     """
-    terms = _pair_terms(draws)
+    terms = _pair_terms(draws) if terms is None else terms
     press_j, co_press, sens_j, th, bias, base = terms
 
     def f(c: torch.Tensor) -> torch.Tensor:
@@ -358,9 +371,8 @@ def _solve_offsets(
         if active.numel() == 0:
             break
         load = q * xa.exp().unsqueeze(-1)
-        arg = p_j + load - th_r
-        excess = (_softplus(arg) - b_j).clamp_min(0.0)
-        value = (-torch.log1p(s_j * excess).sum(-1) + bias_j).mean(0) - ta
+        value, arg, excess = _mean_log_speed(p_j, load, th_r, s_j, b_j, bias_j)
+        value = value - ta
         slope = -(s_j * torch.sigmoid(KAPPA * arg) * load / (1.0 + s_j * excess)).sum(-1).mean(0)
         done = value.abs() <= tol
         flat_x[active] = xa
@@ -406,7 +418,8 @@ def measured_pairs(
     if flat.size == 0:
         return None, {"choice": "none"}
     job, co = flat // n_jobs, flat % n_jobs
-    mu = pair_log_speed(draws)
+    terms = _pair_terms(draws)
+    mu = pair_log_speed(draws, terms=terms)
     residual = mean - mu.numpy()[job, co]
     expected, info = complete_effects(residual, job, co, n_jobs, seed=seed)
     # The completion explains part of the misfit: the spread left to a pair's own effect
@@ -419,8 +432,8 @@ def measured_pairs(
     w = tau**2 / (tau**2 + measure_noise**2 / counts)
     effect[job, co] = expected[job, co] + w * (residual - expected[job, co])
     target = mu + torch.as_tensor(effect)
-    offset = _solve_offsets(draws, target)
-    reached = pair_log_speed(draws, offset)[job, co]
+    offset = _solve_offsets(draws, target, terms=terms)
+    reached = pair_log_speed(draws, offset, terms=terms)[job, co]
     info["unreachable"] = int(((reached - target[job, co]).abs() > 1e-6).sum())
     pairs = MeasuredPairs(
         job=job, co=co, log_speed=mean, n=counts, scale=float(tau),
