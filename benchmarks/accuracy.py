@@ -57,12 +57,13 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import numpy as np
 import pandas as pd
 
 from interplace.datasets import CoLocationData, load_gavel, load_lucid, synthetic
+from interplace.errors import atomic_write
 from interplace.model import (
     PEERS,
     Hyper,
@@ -358,9 +359,8 @@ def _save(results: dict[str, Any], out: Path | None) -> None:
     short keeps every finished split and never leaves a half-written file."""
     if out is None:
         return
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(results, indent=2) + "\n")
-    tmp.replace(out)
+    with atomic_write(out) as fh:
+        cast(IO[str], fh).write(json.dumps(results, indent=2) + "\n")
 
 
 def main() -> None:

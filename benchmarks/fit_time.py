@@ -24,7 +24,9 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
+
+from interplace.errors import atomic_write
 
 _FIT = r"""
 import json, sys, time
@@ -93,9 +95,8 @@ def main() -> None:
     results["summary"] = summary
     text = json.dumps(results, indent=2)
     if args.out:
-        tmp = args.out.with_suffix(args.out.suffix + ".tmp")
-        tmp.write_text(text + "\n")
-        tmp.replace(args.out)
+        with atomic_write(args.out) as fh:
+            cast(IO[str], fh).write(text + "\n")
     print(text)
 
 
