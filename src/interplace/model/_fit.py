@@ -7,14 +7,19 @@ import math
 import time
 import warnings
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pyro
-import pyro.optim
+import pyro.distributions as dist
 import torch
-from pyro.infer import SVI, Trace_ELBO
+from pyro.distributions import constraints
+from pyro.distributions.util import sum_rightmost
+from pyro.infer import Trace_ELBO
 from pyro.infer.autoguide import AutoNormal
 from pyro.infer.autoguide.initialization import init_to_median, init_to_value
+from pyro.optim.clipped_adam import ClippedAdam
+from torch.distributions import biject_to, transform_to
 from tqdm.auto import tqdm
 
 from interplace.datasets.runs import CoLocationData
@@ -47,6 +52,100 @@ _WINDOW = 100
 
 MEASURED_DRAWS = 200
 """Posterior draws behind the second stage's structure means and offsets."""
+
+
+class _SVI:
+    r"""Stochastic variational inference with Pyro's ``Trace_ELBO`` and ``ClippedAdam`` (each
+    gradient clamped to :math:`\pm 10`, the learning rate ``lr`` decaying by
+    :math:`0.1^{1/\mathrm{steps}}` a step), one step at a time.
+
+    The numbers of ``pyro.infer.SVI(model, guide, pyro.optim.ClippedAdam(...),
+    Trace_ELBO(max_plate_nesting=2)).step``, less its overhead (checked bit for bit by
+    ``tests/model/test_fit_options.py``): SVI traces the parameter sites every step to find
+    the parameters and keeps one torch optimiser per tensor; here the guide's parameters are
+    taken once, after the first ELBO evaluation (which is when an autoguide creates them),
+    and one ``ClippedAdam`` steps them all (its update is elementwise and its learning-rate
+    schedule per step, so the numbers are the same). The gradient is that of
+    :meth:`~pyro.infer.Trace_ELBO.differentiable_loss`, which needs no ``param`` statement
+    (:class:`_Normal` issues none).
+    """
+
+    def __init__(self, model: torch.nn.Module, guide: torch.nn.Module, lr: float,
+                 steps: int) -> None:
+        self.model, self.guide = model, guide
+        self.elbo = Trace_ELBO(max_plate_nesting=2)
+        self.lr, self.lrd = lr, 0.1 ** (1 / steps)
+        self.optimizer: ClippedAdam | None = None
+        self.params: list[torch.Tensor] = []
+
+    def step(self, *args: torch.Tensor) -> float:
+        """One gradient step on the negative ELBO; returns its value (a float)."""
+        objective = self.elbo.differentiable_loss(self.model, self.guide, *args)
+        objective.backward()
+        if self.optimizer is None:
+            self.params = [p for p in self.guide.parameters() if p.requires_grad]
+            self.optimizer = ClippedAdam(self.params, lr=self.lr, clip_norm=10.0, lrd=self.lrd)
+        self.optimizer.step()
+        for p in self.params:
+            if p.grad is not None:
+                p.grad = torch.zeros_like(p.grad)
+        return float(objective.detach())
+
+    def scale_lr(self, factor: float) -> None:
+        """Multiply the current learning rate by ``factor``."""
+        if self.optimizer is not None:
+            for group in self.optimizer.param_groups:
+                group["lr"] *= factor
+
+
+class _Normal(AutoNormal):
+    """Pyro's ``AutoNormal`` with less of Pyro's machinery around each of its sample sites.
+
+    The same distributions, drawn in the same order from the same RNG, so the same numbers
+    (checked bit for bit on Lucid with and without families); what goes is overhead:
+
+    - Under ``module_local_params`` each read of a guide parameter issues a stand-in ``param``
+      statement (for handlers such as SVI's parameter trace); the fit needs none (:class:`_SVI`
+      steps the guide's parameters directly and differentiates
+      :meth:`~pyro.infer.Trace_ELBO.differentiable_loss`), so the unconstrained tensors are
+      read and given the same transforms.
+    - After the first call the sites are not entered into their plates: every location and scale
+      has its site's full shape already, so the plates' broadcasting changes nothing (the model's
+      own plates still scope its sites), and each site's support transform is built once.
+    """
+
+    _sites: list[tuple[str, Any, int, int]] | None = None
+
+    def _get_loc_and_scale(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        loc = getattr(self.locs, name + "_unconstrained")
+        scale = getattr(self.scales, name + "_unconstrained")
+        return transform_to(constraints.real)(loc), transform_to(self.scale_constraint)(scale)
+
+    def forward(self, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
+        if self._sites is None:
+            result: dict[str, torch.Tensor] = super().forward(*args, **kwargs)
+            assert self.prototype_trace is not None  # set up by the first call
+            self._sites = [
+                (name, biject_to(site["fn"].support), self._event_dims[name],
+                 site["fn"].event_dim)
+                for name, site in self.prototype_trace.iter_stochastic_nodes()
+            ]
+            return result
+        result = {}
+        for name, transform, event_dim, fn_event_dim in self._sites:
+            loc, scale = self._get_loc_and_scale(name)
+            latent = pyro.sample(
+                name + "_unconstrained",
+                dist.Normal(loc, scale).to_event(event_dim),
+                infer={"is_auxiliary": True},
+            )
+            value = transform(latent)
+            log_density = transform.inv.log_abs_det_jacobian(value, latent)
+            log_density = sum_rightmost(log_density, log_density.dim() - value.dim() + fn_event_dim)
+            result[name] = pyro.sample(
+                name, dist.Delta(value, log_density=log_density, event_dim=fn_event_dim)
+            )
+        return result
 
 
 def _tensors(
@@ -126,7 +225,9 @@ def fit(
     in the guide module (``module_local_params``), never in Pyro's global store, and all
     randomness comes from a private torch RNG state seeded by ``seed``: the same data and seed
     give the same model. SVI runs with Pyro's validation switched off (and restored after):
-    the inputs are checked before, and a non-finite loss raises :class:`InputError`.
+    the inputs are checked before, and a non-finite loss raises :class:`InputError`. Each step
+    computes what Pyro's ``SVI`` with ``AutoNormal``, ``ClippedAdam`` and ``Trace_ELBO`` would,
+    bit for bit, with less of Pyro's per-site overhead (``_SVI``, ``_Normal``).
 
     ``mode`` picks the runs of one sharing mode (:func:`~interplace.model._data.select_mode`):
     data that mixes ``timeslice`` and ``mps`` runs is refused without it.
@@ -233,7 +334,7 @@ def fit(
                 net = InterferenceNet(
                     len(jobs), len(resources), len(counters.metrics), hyper, fam_t, n_fam, rank
                 )
-                guide = AutoNormal(
+                guide = _Normal(
                     net,
                     init_loc_fn=init_to_value(
                         values={
@@ -252,11 +353,7 @@ def fit(
                 )
                 # JitTrace_ELBO reads parameters from the global store, which module-local
                 # parameters bypass, so the plain ELBO it is.
-                elbo = Trace_ELBO(max_plate_nesting=2)
-                optim = pyro.optim.ClippedAdam(
-                    {"lr": lr, "clip_norm": 10.0, "lrd": 0.1 ** (1 / steps)}
-                )
-                svi = SVI(net, guide, optim, elbo)
+                svi = _SVI(net, guide, lr, steps)
                 # A NaN loss raises InputError below; Pyro's own "Encountered NaN" warning
                 # (issued whatever the validation setting) would only print a second line.
                 warnings.filterwarnings("ignore", message="Encountered NaN", category=UserWarning)
@@ -267,7 +364,7 @@ def fit(
                 anneal_until = steps
                 try:
                     for step in range(steps):
-                        loss = float(svi.step(*tensors))
+                        loss = svi.step(*tensors)
                         if not math.isfinite(loss):
                             raise InputError(
                                 f"{data.name}: the fit diverged (ELBO loss {loss}) at step {step}; "
@@ -283,9 +380,7 @@ def fit(
                                     # First plateau: settle the noisy iterates at a tenth of the
                                     # learning rate for two more windows, then stop.
                                     annealed = True
-                                    for opt in optim.optim_objs.values():
-                                        for group in opt.param_groups:
-                                            group["lr"] *= 0.1
+                                    svi.scale_lr(0.1)
                                     anneal_until = step + 1 + 2 * _WINDOW
                                 elif step + 1 >= anneal_until:
                                     stopped_early = step + 1 < steps

@@ -336,6 +336,15 @@ class InterferenceNet(PyroModule):
             )
         self.family = family
         self.n_families = n_families
+        self._consts: dict[tuple[float, torch.dtype, torch.device], torch.Tensor] = {}
+        self._plates: dict[tuple[str, int, int], pyro.plate] = {}
+
+    def _plate(self, name: str, size: int, dim: int) -> pyro.plate:
+        """``pyro.plate(name, size, dim=dim)``, made once per name, size and dim."""
+        key = (name, size, dim)
+        if key not in self._plates:
+            self._plates[key] = pyro.plate(name, size, dim=dim)
+        return self._plates[key]
 
     def forward(
         self,
@@ -353,25 +362,32 @@ class InterferenceNet(PyroModule):
         h = self.hyper
         dt = log_y.dtype
         dev = log_y.device
+        consts = self._consts
+        plate = self._plate
 
         def c(x: float) -> torch.Tensor:
-            return torch.tensor(x, dtype=dt, device=dev)
+            # Constants and plates are made once and reused by every step (they are
+            # read-only), which saves a tensor or plate construction per use.
+            key = (x, dt, dev)
+            if key not in consts:
+                consts[key] = torch.tensor(x, dtype=dt, device=dev)
+            return consts[key]
 
         zero = c(0.0)
         demand_off, sens_off, intensity_off, bias_off = zero, zero, zero, zero
         if self.family is not None:
             n_eff = 3 * self.n_res + 1
             sd_loc = torch.tensor(family_sd_loc(h, self.n_res), dtype=dt, device=dev)
-            with pyro.plate("family_effects", n_eff, dim=-1):
+            with plate("family_effects", n_eff, dim=-1):
                 family_sd = pyro.sample(
                     "family_sd", dist.LogNormal(sd_loc, c(h.family_sd_scale))
                 )
-                with pyro.plate("families", self.n_families, dim=-2):
+                with plate("families", self.n_families, dim=-2):
                     effect = pyro.sample("family_effect", dist.Normal(zero, family_sd))
             demand_off, sens_off, intensity_off, bias_off = family_centres(
                 effect, self.family, self.n_res
             )
-        with pyro.plate("resources", self.n_res, dim=-1):
+        with plate("resources", self.n_res, dim=-1):
             sens_loc = pyro.sample("sens_loc", dist.Normal(c(0.0), c(h.sens_loc_scale)))
             sens_slope = pyro.sample(
                 "sens_slope", dist.Normal(c(h.sens_slope_loc), c(h.sens_slope_scale))
@@ -389,7 +405,7 @@ class InterferenceNet(PyroModule):
             intensity_sd = pyro.sample(
                 "intensity_sd", dist.LogNormal(c(h.intensity_sd_loc), c(h.intensity_sd_scale))
             )
-            with pyro.plate("jobs", self.n_jobs, dim=-2):
+            with plate("jobs", self.n_jobs, dim=-2):
                 log_demand = pyro.sample(
                     "log_demand", dist.Normal(demand_mu + demand_off, demand_sd)
                 )
@@ -403,22 +419,22 @@ class InterferenceNet(PyroModule):
             "iso_bias_scale",
             dist.LogNormal(c(h.iso_bias_scale_loc), c(h.iso_bias_scale_scale)),
         )
-        with pyro.plate("jobs_bias", self.n_jobs, dim=-1):
+        with plate("jobs_bias", self.n_jobs, dim=-1):
             iso_bias = pyro.sample("iso_bias", dist.Normal(bias_off, iso_bias_scale))
         speed_noise = pyro.sample(
             "speed_noise", dist.LogNormal(c(h.speed_noise_loc), c(h.speed_noise_scale))
         )
-        with pyro.plate("metrics", self.n_metrics, dim=-1):
+        with plate("metrics", self.n_metrics, dim=-1):
             metric_noise = pyro.sample(
                 "metric_noise", dist.LogNormal(c(h.metric_noise_loc), c(h.metric_noise_scale))
             )
         pair_u, pair_w = None, None
         if self.rank > 0:
-            with pyro.plate("pair_components", self.rank, dim=-1):
+            with plate("pair_components", self.rank, dim=-1):
                 pair_scale = pyro.sample(
                     "pair_scale", dist.LogNormal(c(h.pair_scale_loc), c(h.pair_scale_scale))
                 )
-                with pyro.plate("pair_jobs", self.n_jobs, dim=-2):
+                with plate("pair_jobs", self.n_jobs, dim=-2):
                     pair_u = pyro.sample("pair_u", dist.Normal(zero, pair_scale))
                     pair_w = pyro.sample("pair_w", dist.Normal(zero, c(1.0)))
         demand = log_demand.exp()
@@ -428,7 +444,7 @@ class InterferenceNet(PyroModule):
                 pressure(log_demand, log_intensity), sens, threshold, job, co, share,
                 pair_u, pair_w,
             ) + iso_bias.index_select(-1, job)
-            with pyro.plate("observations", job.shape[0], dim=-1):
+            with plate("observations", job.shape[0], dim=-1):
                 pyro.sample("log_speed", dist.StudentT(c(h.speed_df), loc, speed_noise), obs=log_y)
         if metric.shape[0] > 0:
             mu = counter_mean(demand, members, metric_res)
@@ -439,5 +455,5 @@ class InterferenceNet(PyroModule):
                 - 0.5 * n * math.log(2 * math.pi)
                 - (ssd + n * (mean - mu) ** 2) / (2 * sigma**2)
             )
-            with pyro.plate("counter_groups", metric.shape[0], dim=-1):
+            with plate("counter_groups", metric.shape[0], dim=-1):
                 pyro.factor("counters", logp)
