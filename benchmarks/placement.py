@@ -30,12 +30,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import numpy as np
 import pandas as pd
 
 from interplace.datasets import CoLocationData, load_gavel, load_lucid
+from interplace.errors import atomic_write
 from interplace.model import InterferenceModel, fit, holdout_split
 from interplace.placement import (
     POLICIES,
@@ -193,7 +194,8 @@ def main() -> None:
         results["scale"] = scale(args.scale, args.repeats, model)
         print(json.dumps(results["scale"], indent=1))
     if args.out:
-        Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
+        with atomic_write(Path(args.out)) as fh:  # a run cut short leaves no partial file
+            cast(IO[str], fh).write(json.dumps(results, indent=1) + "\n")
 
 
 if __name__ == "__main__":
