@@ -18,7 +18,6 @@ from pyro.distributions.util import sum_rightmost
 from pyro.infer import Trace_ELBO
 from pyro.infer.autoguide import AutoNormal
 from pyro.infer.autoguide.initialization import init_to_median, init_to_value
-from pyro.optim.clipped_adam import ClippedAdam
 from torch.distributions import biject_to, transform_to
 from tqdm.auto import tqdm
 
@@ -55,47 +54,77 @@ MEASURED_DRAWS = 200
 
 
 class _SVI:
-    r"""Stochastic variational inference with Pyro's ``Trace_ELBO`` and ``ClippedAdam`` (each
-    gradient clamped to :math:`\pm 10`, the learning rate ``lr`` decaying by
-    :math:`0.1^{1/\mathrm{steps}}` a step), one step at a time.
+    r"""Stochastic variational inference with Pyro's ``Trace_ELBO`` and Adam with clipped
+    gradients, one step at a time.
 
-    The numbers of ``pyro.infer.SVI(model, guide, pyro.optim.ClippedAdam(...),
-    Trace_ELBO(max_plate_nesting=2)).step``, less its overhead (checked bit for bit by
-    ``tests/model/test_fit_options.py``): SVI traces the parameter sites every step to find
-    the parameters and keeps one torch optimiser per tensor; here the guide's parameters are
-    taken once, after the first ELBO evaluation (which is when an autoguide creates them),
-    and one ``ClippedAdam`` steps them all (its update is elementwise and its learning-rate
-    schedule per step, so the numbers are the same). The gradient is that of
+    Each step computes what ``pyro.infer.SVI(model, guide, pyro.optim.ClippedAdam({"lr": lr,
+    "clip_norm": 10.0, "lrd": lrd}), Trace_ELBO(max_plate_nesting=2)).step`` does, bit for bit
+    (``tests/model/test_fit_options.py`` checks it), with :math:`\mathrm{lrd} =
+    0.1^{1/\mathrm{steps}}`: the learning rate :math:`\eta \leftarrow \eta\,\mathrm{lrd}`,
+    then for every parameter :math:`\theta` with gradient :math:`g` clamped to :math:`\pm 10`,
+
+    .. math:: m \leftarrow \beta_1 m + (1 - \beta_1) g, \quad
+              v \leftarrow \beta_2 v + (1 - \beta_2) g^2, \quad
+              \theta \leftarrow \theta - \eta \frac{\sqrt{1 - \beta_2^t}}{1 - \beta_1^t}
+              \frac{m}{\sqrt{v} + 10^{-8}},
+
+    :math:`\beta = (0.9, 0.999)`, :math:`t` the step. What goes is overhead: SVI traces the
+    parameter sites every step to find the parameters and steps one torch optimiser per
+    tensor, each its own Python loop; here the guide's parameters are taken once, after the
+    first ELBO evaluation (which is when an autoguide creates them), and each line of the
+    update above is one ``torch._foreach_*`` call over all of them (on the CPU the same
+    elementwise kernel per tensor, so the same numbers). Every guide parameter enters the
+    ELBO, so each has a gradient every step. The gradient is that of
     :meth:`~pyro.infer.Trace_ELBO.differentiable_loss`, which needs no ``param`` statement
     (:class:`_Normal` issues none).
     """
+
+    BETAS = (0.9, 0.999)
+    EPS = 1e-8
+    CLIP = 10.0
 
     def __init__(self, model: torch.nn.Module, guide: torch.nn.Module, lr: float,
                  steps: int) -> None:
         self.model, self.guide = model, guide
         self.elbo = Trace_ELBO(max_plate_nesting=2)
         self.lr, self.lrd = lr, 0.1 ** (1 / steps)
-        self.optimizer: ClippedAdam | None = None
         self.params: list[torch.Tensor] = []
+        self.m: list[torch.Tensor] = []
+        self.v: list[torch.Tensor] = []
+        self.t = 0
 
     def step(self, *args: torch.Tensor) -> float:
         """One gradient step on the negative ELBO; returns its value (a float)."""
         objective = self.elbo.differentiable_loss(self.model, self.guide, *args)
         objective.backward()
-        if self.optimizer is None:
+        if not self.params:
             self.params = [p for p in self.guide.parameters() if p.requires_grad]
-            self.optimizer = ClippedAdam(self.params, lr=self.lr, clip_norm=10.0, lrd=self.lrd)
-        self.optimizer.step()
+            self.m = [torch.zeros_like(p) for p in self.params]
+            self.v = [torch.zeros_like(p) for p in self.params]
+        grads = [p.grad for p in self.params if p.grad is not None]
+        if len(grads) != len(self.params):
+            raise RuntimeError("a guide parameter got no gradient from the ELBO")
+        beta1, beta2 = self.BETAS
+        with torch.no_grad():
+            self.lr *= self.lrd
+            self.t += 1
+            torch._foreach_clamp_min_(grads, -self.CLIP)
+            torch._foreach_clamp_max_(grads, self.CLIP)
+            torch._foreach_mul_(self.m, beta1)
+            torch._foreach_add_(self.m, grads, alpha=1 - beta1)
+            torch._foreach_mul_(self.v, beta2)
+            torch._foreach_addcmul_(self.v, grads, grads, value=1 - beta2)
+            denom = torch._foreach_sqrt(self.v)
+            torch._foreach_add_(denom, self.EPS)
+            step_size = self.lr * math.sqrt(1 - beta2**self.t) / (1 - beta1**self.t)
+            torch._foreach_addcdiv_(self.params, self.m, denom, value=-step_size)
         for p in self.params:
-            if p.grad is not None:
-                p.grad = torch.zeros_like(p.grad)
+            p.grad = None
         return float(objective.detach())
 
     def scale_lr(self, factor: float) -> None:
         """Multiply the current learning rate by ``factor``."""
-        if self.optimizer is not None:
-            for group in self.optimizer.param_groups:
-                group["lr"] *= factor
+        self.lr *= factor
 
 
 class _Normal(AutoNormal):
