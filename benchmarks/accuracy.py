@@ -57,13 +57,13 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any
 
 import numpy as np
 import pandas as pd
+from _results import save_json
 
 from interplace.datasets import CoLocationData, load_gavel, load_lucid, synthetic
-from interplace.errors import atomic_write
 from interplace.model import (
     PEERS,
     Hyper,
@@ -359,8 +359,7 @@ def _save(results: dict[str, Any], out: Path | None) -> None:
     short keeps every finished split and never leaves a half-written file."""
     if out is None:
         return
-    with atomic_write(out) as fh:
-        cast(IO[str], fh).write(json.dumps(results, indent=2) + "\n")
+    save_json(results, out, indent=2)
 
 
 def main() -> None:

@@ -55,11 +55,11 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any
 
 import numpy as np
+from _results import save_json
 
-from interplace.errors import atomic_write
 from interplace.placement.bo import (
     Choice,
     Float,
@@ -396,8 +396,7 @@ def main() -> int:
         result["reach"] = reach(args.gpu_seeds, args.reach_budget, methods)
     if "timing" in args.parts:
         result["timing"] = timing(args.timing_problems, args.timing_seeds, tuple(args.sizes))
-    with atomic_write(out) as fh:  # a run cut short leaves no partial file
-        cast(IO[str], fh).write(json.dumps(result, indent=1))
+    save_json(result, out)
     print(json.dumps({k: v for k, v in result.items() if k != "quality"}, indent=1)[:2000])
     for name, per in result.get("quality", {}).items():
         for m, e in per.items():

@@ -24,9 +24,9 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any
 
-from interplace.errors import atomic_write
+from _results import save_json
 
 _FIT = r"""
 import json, sys, time
@@ -93,11 +93,9 @@ def main() -> None:
             "ratios": ratios,
         }
     results["summary"] = summary
-    text = json.dumps(results, indent=2)
     if args.out:
-        with atomic_write(args.out) as fh:
-            cast(IO[str], fh).write(text + "\n")
-    print(text)
+        save_json(results, args.out, indent=2)
+    print(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

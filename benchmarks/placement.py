@@ -30,13 +30,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any
 
 import numpy as np
 import pandas as pd
+from _results import save_json
 
 from interplace.datasets import CoLocationData, load_gavel, load_lucid
-from interplace.errors import atomic_write
 from interplace.model import InterferenceModel, fit, holdout_split
 from interplace.placement import (
     POLICIES,
@@ -194,8 +194,7 @@ def main() -> None:
         results["scale"] = scale(args.scale, args.repeats, model)
         print(json.dumps(results["scale"], indent=1))
     if args.out:
-        with atomic_write(Path(args.out)) as fh:  # a run cut short leaves no partial file
-            cast(IO[str], fh).write(json.dumps(results, indent=1) + "\n")
+        save_json(results, args.out)
 
 
 if __name__ == "__main__":

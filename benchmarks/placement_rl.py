@@ -26,13 +26,12 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any
 
 import numpy as np
+from _results import save_json
 
 from interplace.datasets import load_gavel
-from interplace.errors import atomic_write
 from interplace.model import fit, holdout_split
 from interplace.placement import Job, MeasuredSpeeds, place, score
 from interplace.placement.rl import RLPolicy, train_policy
@@ -107,8 +106,7 @@ def main() -> None:
     out["sample_efficiency"] = (reached[0] / measurements) if reached else None
     print(json.dumps(out, indent=1))
     if args.out:
-        with atomic_write(Path(args.out)) as fh:  # a run cut short leaves no partial file
-            cast(IO[str], fh).write(json.dumps(out, indent=1) + "\n")
+        save_json(out, args.out)
 
 
 if __name__ == "__main__":

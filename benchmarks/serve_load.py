@@ -28,13 +28,13 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any
 
 import httpx2 as httpx
 import numpy as np
+from _results import save_json
 
 from interplace.datasets import load_gavel
-from interplace.errors import atomic_write
 from interplace.model import fit
 from interplace.serve import KEY_JOB_TYPE
 
@@ -158,8 +158,7 @@ def main() -> None:
         server.terminate()
         server.wait(timeout=30)
     if args.out:
-        with atomic_write(Path(args.out)) as fh:  # a run cut short leaves no partial file
-            cast(IO[str], fh).write(json.dumps(out, indent=1) + "\n")
+        save_json(out, args.out)
 
 
 if __name__ == "__main__":

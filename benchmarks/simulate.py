@@ -24,9 +24,10 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any
 
-from interplace.errors import atomic_write
+from _results import save_json
+
 from interplace.simulate import SIM_POLICIES
 from interplace.simulate._run import SimConfig, _model_for, compare, plot_results
 
@@ -81,8 +82,7 @@ def main() -> None:
             _plot_sweep(sweep, Path(args.plot) / "load_sweep.png")
     print(json.dumps({"median": out["median"], "ratios": out["ratios"]}, indent=1))
     if args.out:
-        with atomic_write(Path(args.out)) as fh:  # a run cut short leaves no partial file
-            cast(IO[str], fh).write(json.dumps(out, indent=1) + "\n")
+        save_json(out, args.out)
 
 
 def _plot_sweep(sweep: dict[str, Any], path: Path) -> None:
