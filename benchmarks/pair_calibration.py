@@ -22,6 +22,12 @@ term can absorb) against the truth:
 Per case: the share of effects inside their central 90% interval (nominal 0.90), the spread
 of the errors in posterior standard deviations (1 if calibrated), the slope of the posterior
 means regressed on the truth (1: neither stretched nor shrunk) and their correlation.
+
+``--nuts N`` also draws a reference posterior of the same model on the same data by NUTS
+(``pyro.infer.NUTS`` on the fit's own :class:`~interplace.model._net.InterferenceNet`, one
+chain, ``N`` warm-up and ``N`` kept draws, tree depth up to 8, started at the SVI posterior
+means, seed 0) and scores it the same way: what the exact posterior would give, against what
+the variational fit gives. It is slow (about 830 s for ``N = 300`` on one core per case).
 """
 
 from __future__ import annotations
@@ -85,7 +91,18 @@ def _model_truth(data: CoLocationData, seed: int, noise: float) -> tuple[CoLocat
     return new, (u @ w.T).numpy()
 
 
-def _score(model: InterferenceModel, truth: _Array, draws: int) -> dict[str, float]:
+class _Draws:
+    """Fixed draws in the shape :func:`_score` reads from a model."""
+
+    def __init__(self, draws: dict[str, torch.Tensor]) -> None:
+        self._draws = draws
+        self.info = {"steps": None}
+
+    def draws(self, num_samples: int, seed: int) -> dict[str, torch.Tensor]:
+        return self._draws
+
+
+def _score(model: InterferenceModel | _Draws, truth: _Array, draws: int) -> dict[str, Any]:
     d = model.draws(draws, seed=1)
     eff = _double_centred(torch.einsum("sjl,skl->sjk", d["pair_u"], d["pair_w"]).numpy())
     true = _double_centred(truth)
@@ -100,6 +117,41 @@ def _score(model: InterferenceModel, truth: _Array, draws: int) -> dict[str, flo
     }
 
 
+def _nuts(model: InterferenceModel, data: CoLocationData, n: int) -> dict[str, torch.Tensor]:
+    """``n`` NUTS draws of every latent of ``model``'s network on ``data`` (module docstring)."""
+    import pyro
+    from pyro.infer import MCMC, NUTS
+    from pyro.infer.autoguide.initialization import init_to_value
+
+    from interplace.model import _fit
+    from interplace.model._data import counters_from_samples
+    from interplace.model._net import InterferenceNet
+
+    obs = observations_from_runs(data, model.jobs, model.resources, None)
+    counters = counters_from_samples(data, model.jobs, None, model.resources)
+    tensors = _fit._tensors(obs, counters, model.resources, torch.device("cpu"))
+    init = {k: (v[0].exp() if SUPPORT[k] == "positive" else v[0])
+            for k, v in model.posterior.items()}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with pyro.settings.context(module_local_params=True):
+            net = InterferenceNet(len(model.jobs), len(model.resources), len(counters.metrics),
+                                  model.hyper, None, 0, model.rank)
+            kernel = NUTS(  # type: ignore[no-untyped-call]
+                net, init_strategy=init_to_value(values=init), max_tree_depth=8
+            )
+            mcmc = MCMC(  # type: ignore[no-untyped-call]
+                kernel, num_samples=n, warmup_steps=n, disable_progbar=True
+            )
+            torch.manual_seed(0)
+            mcmc.run(*tensors)
+            samples: dict[str, torch.Tensor] = mcmc.get_samples()  # type: ignore[no-untyped-call]
+    finally:
+        torch.set_num_threads(threads)
+    return samples
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[21, 22])
@@ -107,6 +159,8 @@ def main() -> None:
                     default=["generator", "model"])
     ap.add_argument("--noise", type=float, default=0.03)
     ap.add_argument("--draws", type=int, default=1000)
+    ap.add_argument("--nuts", type=int, default=0, metavar="N",
+                    help="also score a NUTS reference posterior (N warm-up and N kept draws)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     results: dict[str, Any] = {"seeds": args.seeds, "noise": args.noise, "cases": []}
@@ -118,10 +172,16 @@ def main() -> None:
                 fitted_on, truth = data, np.asarray(data.truth["pair_effect"])
             else:
                 fitted_on, truth = _model_truth(data, seed, args.noise)
-            row = {"seed": seed, "truth": kind,
-                   **_score(fit(fitted_on, seed=0, measured=False), truth, args.draws)}
-            results["cases"].append(row)
-            print(json.dumps(row), file=sys.stderr)
+            model = fit(fitted_on, seed=0, measured=False)
+            rows = [{"seed": seed, "truth": kind, "posterior": "svi",
+                     **_score(model, truth, args.draws)}]
+            if args.nuts:
+                draws = _Draws(_nuts(model, fitted_on, args.nuts))
+                rows.append({"seed": seed, "truth": kind, "posterior": "nuts",
+                             **_score(draws, truth, args.nuts)})
+            for row in rows:
+                results["cases"].append(row)
+                print(json.dumps(row), file=sys.stderr)
     if args.out:
         save_json(results, args.out)
     print(json.dumps(results, indent=1))
