@@ -56,11 +56,18 @@ def _double_centred(z: _Array) -> _Array:
     return out
 
 
+def _medians(model: InterferenceModel) -> dict[str, torch.Tensor]:
+    """Each latent's posterior median, constrained (the guide's location, exponentiated for
+    the positive sites)."""
+    return {k: (loc.exp() if SUPPORT[k] == "positive" else loc)
+            for k, (loc, _) in model.posterior.items()}
+
+
 def _model_truth(data: CoLocationData, seed: int, noise: float) -> tuple[CoLocationData, _Array]:
     """``data`` with its co-located speeds drawn from the model's likelihood (module
     docstring), and the planted ``(J, J)`` pair effect."""
     base = fit(data, seed=0, rank=0, measured=False)
-    p = {k: (v[0].exp() if SUPPORT[k] == "positive" else v[0]) for k, v in base.posterior.items()}
+    p = _medians(base)
     rng = np.random.default_rng([seed, 7])
     u = torch.as_tensor(rng.normal(0.0, 0.7, (len(base.jobs), 2)))
     w = torch.as_tensor(rng.normal(0.0, 1.0, (len(base.jobs), 2)))
@@ -130,8 +137,7 @@ def _nuts(model: InterferenceModel, data: CoLocationData, n: int) -> dict[str, t
     obs = observations_from_runs(data, model.jobs, model.resources, None)
     counters = counters_from_samples(data, model.jobs, None, model.resources)
     tensors = _fit._tensors(obs, counters, model.resources, torch.device("cpu"))
-    init = {k: (v[0].exp() if SUPPORT[k] == "positive" else v[0])
-            for k, v in model.posterior.items()}
+    init = _medians(model)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
