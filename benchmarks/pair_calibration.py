@@ -21,13 +21,20 @@ term can absorb) against the truth:
 
 Per case: the share of effects inside their central 90% interval (nominal 0.90), the spread
 of the errors in posterior standard deviations (1 if calibrated), the slope of the posterior
-means regressed on the truth (1: neither stretched nor shrunk) and their correlation.
+means regressed on the truth (1: neither stretched nor shrunk) and their correlation; and how
+closely the posterior fits the data it was fitted on: the fitted speed noise (the Student-t
+scale's posterior median), and ``train_rms`` and ``train_mad``, the root mean square and the
+median absolute value of the co-located speeds' log residuals at the posterior medians (with
+``--truth model`` the data's noise, ``--noise``, is their floor: its median absolute value is
+0.674 ``--noise``).
 
 ``--nuts N`` also draws a reference posterior of the same model on the same data by NUTS
 (``pyro.infer.NUTS`` on the fit's own :class:`~interplace.model._net.InterferenceNet`, one
 chain, ``N`` warm-up and ``N`` kept draws, tree depth up to 8, started at the SVI posterior
 means, seed 0) and scores it the same way: what the exact posterior would give, against what
-the variational fit gives. It is slow (about 830 s for ``N = 300`` on one core per case).
+the variational fit gives. ``--map STEPS`` scores the posterior mode (Adam on the log joint
+from the SVI medians; no coverage or error spread). NUTS is slow (about
+830 s for ``N = 300`` on one core per case).
 """
 
 from __future__ import annotations
@@ -40,12 +47,13 @@ from typing import Any
 
 import numpy as np
 import torch
+from _reference import medians, nuts, posterior_mode
 from _results import save_json
 
 from interplace.datasets import CoLocationData, synthetic
 from interplace.model import InterferenceModel, fit
-from interplace.model._data import observations_from_runs
-from interplace.model._net import SUPPORT, log_speed, pressure, sensitivity
+from interplace.model._data import Observations, observations_from_runs
+from interplace.model._net import log_speed, pressure, sensitivity
 
 _Array = np.ndarray[Any, Any]
 
@@ -56,18 +64,11 @@ def _double_centred(z: _Array) -> _Array:
     return out
 
 
-def _medians(model: InterferenceModel) -> dict[str, torch.Tensor]:
-    """Each latent's posterior median, constrained (the guide's location, exponentiated for
-    the positive sites)."""
-    return {k: (loc.exp() if SUPPORT[k] == "positive" else loc)
-            for k, (loc, _) in model.posterior.items()}
-
-
 def _model_truth(data: CoLocationData, seed: int, noise: float) -> tuple[CoLocationData, _Array]:
     """``data`` with its co-located speeds drawn from the model's likelihood (module
     docstring), and the planted ``(J, J)`` pair effect."""
     base = fit(data, seed=0, rank=0, measured=False)
-    p = _medians(base)
+    p = medians(base)
     rng = np.random.default_rng([seed, 7])
     u = torch.as_tensor(rng.normal(0.0, 0.7, (len(base.jobs), 2)))
     w = torch.as_tensor(rng.normal(0.0, 1.0, (len(base.jobs), 2)))
@@ -109,53 +110,42 @@ class _Draws:
         return self._draws
 
 
-def _score(model: InterferenceModel | _Draws, truth: _Array, draws: int) -> dict[str, Any]:
+def _train_residuals(d: dict[str, torch.Tensor], obs: Observations) -> _Array:
+    """The co-located speeds' log residuals at the draws' medians (the training data's misfit;
+    the noise of the data is its floor)."""
+    p = {k: v.median(0).values for k, v in d.items()}
+    job = torch.as_tensor(obs.job)
+    loc = log_speed(
+        pressure(p["log_demand"], p["log_intensity"]),
+        sensitivity(p["log_demand"], p["sens_eps"], p["sens_loc"], p["sens_slope"],
+                    p["sens_scale"]),
+        p["threshold"], job, torch.as_tensor(obs.co), torch.as_tensor(obs.share),
+        p["pair_u"], p["pair_w"],
+    ) + p["iso_bias"][job]
+    out: _Array = np.log(obs.speed) - loc.numpy()
+    return out
+
+
+def _score(model: InterferenceModel | _Draws, truth: _Array, draws: int,
+           obs: Observations) -> dict[str, Any]:
+    """The module docstring's figures; a point estimate (one draw) has no coverage or spread."""
     d = model.draws(draws, seed=1)
     eff = _double_centred(torch.einsum("sjl,skl->sjk", d["pair_u"], d["pair_w"]).numpy())
     true = _double_centred(truth)
     lo, hi = np.quantile(eff, [0.05, 0.95], axis=0)
     mean, sd = eff.mean(0).ravel(), eff.std(0).ravel()
+    point = eff.shape[0] == 1
+    resid = _train_residuals(d, obs)
     return {
-        "coverage_90": float(((true >= lo) & (true <= hi)).mean()),
-        "error_spread_sd": float(((mean - true.ravel()) / sd).std()),
+        "coverage_90": None if point else float(((true >= lo) & (true <= hi)).mean()),
+        "error_spread_sd": None if point else float(((mean - true.ravel()) / sd).std()),
         "slope": float(np.polyfit(true.ravel(), mean, 1)[0]),
         "correlation": float(np.corrcoef(mean, true.ravel())[0, 1]),
+        "speed_noise": float(d["speed_noise"].median()),
+        "train_rms": float(np.sqrt(np.mean(resid**2))),
+        "train_mad": float(np.median(np.abs(resid))),
         "steps": model.info["steps"],
     }
-
-
-def _nuts(model: InterferenceModel, data: CoLocationData, n: int) -> dict[str, torch.Tensor]:
-    """``n`` NUTS draws of every latent of ``model``'s network on ``data`` (module docstring)."""
-    import pyro
-    from pyro.infer import MCMC, NUTS
-    from pyro.infer.autoguide.initialization import init_to_value
-
-    from interplace.model import _fit
-    from interplace.model._data import counters_from_samples
-    from interplace.model._net import InterferenceNet
-
-    obs = observations_from_runs(data, model.jobs, model.resources, None)
-    counters = counters_from_samples(data, model.jobs, None, model.resources)
-    tensors = _fit._tensors(obs, counters, model.resources, torch.device("cpu"))
-    init = _medians(model)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with pyro.settings.context(module_local_params=True):
-            net = InterferenceNet(len(model.jobs), len(model.resources), len(counters.metrics),
-                                  model.hyper, None, 0, model.rank)
-            kernel = NUTS(  # type: ignore[no-untyped-call]
-                net, init_strategy=init_to_value(values=init), max_tree_depth=8
-            )
-            mcmc = MCMC(  # type: ignore[no-untyped-call]
-                kernel, num_samples=n, warmup_steps=n, disable_progbar=True
-            )
-            torch.manual_seed(0)
-            mcmc.run(*tensors)
-            samples: dict[str, torch.Tensor] = mcmc.get_samples()  # type: ignore[no-untyped-call]
-    finally:
-        torch.set_num_threads(threads)
-    return samples
 
 
 def main() -> None:
@@ -167,6 +157,8 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=1000)
     ap.add_argument("--nuts", type=int, default=0, metavar="N",
                     help="also score a NUTS reference posterior (N warm-up and N kept draws)")
+    ap.add_argument("--map", type=int, default=0, metavar="STEPS",
+                    help="also score the posterior mode (STEPS Adam steps from the SVI medians)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     results: dict[str, Any] = {"seeds": args.seeds, "noise": args.noise, "cases": []}
@@ -179,12 +171,17 @@ def main() -> None:
             else:
                 fitted_on, truth = _model_truth(data, seed, args.noise)
             model = fit(fitted_on, seed=0, measured=False)
+            obs = observations_from_runs(fitted_on, model.jobs, model.resources, None)
             rows = [{"seed": seed, "truth": kind, "posterior": "svi",
-                     **_score(model, truth, args.draws)}]
+                     **_score(model, truth, args.draws, obs)}]
+            if args.map:
+                mode = _Draws(posterior_mode(model, fitted_on, args.map))
+                rows.append({"seed": seed, "truth": kind, "posterior": "map",
+                             **_score(mode, truth, 1, obs)})
             if args.nuts:
-                draws = _Draws(_nuts(model, fitted_on, args.nuts))
+                draws = _Draws(nuts(model, fitted_on, args.nuts))
                 rows.append({"seed": seed, "truth": kind, "posterior": "nuts",
-                             **_score(draws, truth, args.nuts)})
+                             **_score(draws, truth, args.nuts, obs)})
             for row in rows:
                 results["cases"].append(row)
                 print(json.dumps(row), file=sys.stderr)

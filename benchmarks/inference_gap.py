@@ -1,0 +1,138 @@
+"""What better inference would buy: the same model's NUTS posterior against its SVI fit.
+
+Run: ``python benchmarks/inference_gap.py [--gavel v100 p100 k80] [--seeds 0 1 2]
+[--nuts 200] [--workers 2] [--out results.json]``
+
+For each Gavel data set and seed, on the split of ``evaluate`` (30% of co-located runs held
+out, seed ``seed``): the default fit (:func:`interplace.model.fit`, seed ``seed``), and NUTS on
+the *same* network (its jobs, resources, hyper-parameters and rank; ``pyro.infer.NUTS``, one
+chain, ``--nuts`` warm-up and kept draws, tree depth up to 8, started at the SVI posterior
+medians; ``benchmarks/_reference.py``). Each posterior is scored on the held-out speeds as
+``evaluate`` scores the model (MAE of the posterior mean, coverage and width of the 90%
+interval; SVI with 500 draws, as ``evaluate``, NUTS with its own), as the structure alone and
+with the second stage (:mod:`interplace.model._cells`) computed from its draws, next to
+soft-impute matrix completion, the strongest peer on Gavel. It also reports each posterior's
+fitted speed noise (the Student-t scale's median).
+
+NUTS takes about 10-13 minutes per split on one core (26 jobs): this is a measurement of the
+gap the mean-field guide leaves, not a way to fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import multiprocessing as mp
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from _reference import SampledModel, nuts
+from _results import save_json
+
+from interplace.datasets import load_gavel
+from interplace.model import InterferenceModel, fit
+from interplace.model._cells import measured_pairs
+from interplace.model._data import observations_from_runs
+from interplace.model._evaluate import holdout_split, row_queries, score
+from interplace.model._peers import fit_soft_impute
+
+
+def _scores(model: InterferenceModel, test: Any, n: int) -> dict[str, float]:
+    post = model.posterior_speed(row_queries(test), num_samples=n, seed=0)
+    return score(model, test, posterior=post)
+
+
+def one(gpu: str, seed: int, n: int) -> dict[str, Any]:
+    """The figures of one data set and seed (module docstring)."""
+    torch.set_num_threads(1)
+    data = load_gavel(gpu).data
+    train, test = holdout_split(data, holdout_frac=0.3, seed=seed)
+    y = test["speed"].to_numpy(dtype=float)
+    si = fit_soft_impute(train, seed=seed)
+    row: dict[str, Any] = {"data": f"gavel-{gpu}", "seed": seed,
+                           "soft_impute_mae": float(np.mean(np.abs(si.predict(test) - y)))}
+    full = fit(train, seed=seed)
+    structure = dataclasses.replace(full, measured=None)
+    row["svi"] = {
+        "structure": _scores(structure, test, 500),
+        "with_stage": _scores(full, test, 500),
+        "speed_noise": float(full.posterior["speed_noise"][0].exp()),
+        "fit_seconds": full.info["fit_seconds"],
+    }
+    start = time.perf_counter()
+    draws = nuts(structure, train, n, seed=0)
+    seconds = time.perf_counter() - start
+    sampled = SampledModel(**{f.name: getattr(structure, f.name)
+                              for f in dataclasses.fields(InterferenceModel) if f.init},
+                           samples=draws)
+    noise = float(draws["speed_noise"].median())
+    obs = observations_from_runs(train, structure.jobs, structure.resources, None)
+    pairs, _ = measured_pairs(obs, draws, noise, structure.hyper.measure_noise, seed=seed)
+    row["nuts"] = {
+        "structure": _scores(sampled, test, n),
+        "with_stage": _scores(dataclasses.replace(sampled, measured=pairs), test, n),
+        "speed_noise": noise,
+        "fit_seconds": seconds,
+    }
+    for kind in ("svi", "nuts"):
+        for part in ("structure", "with_stage"):
+            row[kind][part]["ratio_to_soft_impute"] = (
+                row[kind][part]["mae"] / row["soft_impute_mae"])
+    return row
+
+
+def _medians(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per data set, the median over seeds of each posterior's scores."""
+    out: dict[str, Any] = {}
+    for data in sorted({r["data"] for r in rows}):
+        mine = [r for r in rows if r["data"] == data]
+        out[data] = {"seeds": sorted(r["seed"] for r in mine)}
+        for kind in ("svi", "nuts"):
+            out[data][f"{kind}_speed_noise"] = float(np.median([r[kind]["speed_noise"]
+                                                                for r in mine]))
+            for part in ("structure", "with_stage"):
+                out[data][f"{kind}_{part}"] = {
+                    k: float(np.median([r[kind][part][k] for r in mine]))
+                    for k in ("mae", "coverage_90", "interval_width_90", "ratio_to_soft_impute")
+                }
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--gavel", nargs="+", choices=("v100", "p100", "k80"), default=["v100"])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--nuts", type=int, default=200, metavar="N",
+                    help="NUTS warm-up and kept draws (default 200)")
+    ap.add_argument("--workers", type=int, default=1, help="splits run in parallel processes")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    jobs = [(gpu, seed, args.nuts) for gpu in args.gavel for seed in args.seeds]
+    results: dict[str, Any] = {"nuts": args.nuts, "splits": []}
+
+    def done(row: dict[str, Any]) -> None:
+        # Written after every split, so a run cut short keeps what it finished.
+        results["splits"].append(row)
+        results["medians"] = _medians(results["splits"])
+        print(json.dumps(row), file=sys.stderr)
+        if args.out:
+            save_json(results, args.out)
+
+    if args.workers > 1:
+        with ProcessPoolExecutor(args.workers, mp_context=mp.get_context("spawn")) as pool:
+            for future in as_completed([pool.submit(one, *job) for job in jobs]):
+                done(future.result())
+    else:
+        for job in jobs:
+            done(one(*job))
+    print(json.dumps(results["medians"], indent=1))
+
+
+if __name__ == "__main__":
+    main()
