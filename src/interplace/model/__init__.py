@@ -169,7 +169,12 @@ uncertainty of latent quantities such as the denoised utilisation and, most, the
 on a synthetic recovery case its 90% intervals for :math:`u_j \cdot w_k` cover about 60% of
 the true effects, where NUTS on the same model covers 82-88%
 (``benchmarks/pair_calibration.py --nuts``); no Gaussian guide tried (low-rank joint, of rank
-up to 40) does better, since the bilinear term's posterior is a curved ridge.
+up to 40) does better, since the bilinear term's posterior is a curved ridge. The guide also
+underfits: its ELBO prefers a speed noise at which the posterior is nearly factorised (0.24
+where the data's is 0.03, on the same synthetic case; 0.10 on Gavel V100, where NUTS fits
+0.01-0.02), which keeps the held-out intervals wide enough but costs accuracy: NUTS on the
+same model predicts Gavel V100's held-out speeds 12-21% more accurately on two of three
+splits (``benchmarks/inference_gap.py``), at 10-13 minutes a split.
 
 What it answers
 ---------------
