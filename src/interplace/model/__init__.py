@@ -172,9 +172,10 @@ the true effects, where NUTS on the same model covers 82-88%
 up to 40) does better, since the bilinear term's posterior is a curved ridge. The guide also
 underfits: its ELBO prefers a speed noise at which the posterior is nearly factorised (0.24
 where the data's is 0.03, on the same synthetic case; 0.10 on Gavel V100, where NUTS fits
-0.01-0.02), which keeps the held-out intervals wide enough but costs accuracy: NUTS on the
-same model predicts Gavel V100's held-out speeds 3-21% more accurately on two of three
-splits (``benchmarks/inference_gap.py``; per chain), at 9-13 minutes a split.
+0.01-0.02), which keeps the held-out intervals wide enough and may cost accuracy: NUTS on
+the same model predicts one Gavel V100 split's held-out speeds about 20% more accurately in
+two chains, but its chains disagree on another (``benchmarks/inference_gap.py``), and it
+takes 9-13 minutes a split.
 
 What it answers
 ---------------
