@@ -64,6 +64,19 @@ def _double_centred(z: _Array) -> _Array:
     return out
 
 
+def _mean_log_speed(p: dict[str, torch.Tensor], obs: Observations, u: torch.Tensor,
+                    w: torch.Tensor) -> torch.Tensor:
+    """The model's log speed of each co-located observation in ``obs`` at the latent values
+    ``p`` (constrained) and pair factors ``u``, ``w``: the likelihood's location."""
+    job = torch.as_tensor(obs.job)
+    return log_speed(
+        pressure(p["log_demand"], p["log_intensity"]),
+        sensitivity(p["log_demand"], p["sens_eps"], p["sens_loc"], p["sens_slope"],
+                    p["sens_scale"]),
+        p["threshold"], job, torch.as_tensor(obs.co), torch.as_tensor(obs.share), u, w,
+    ) + p["iso_bias"][job]
+
+
 def _model_truth(data: CoLocationData, seed: int, noise: float) -> tuple[CoLocationData, _Array]:
     """``data`` with its co-located speeds drawn from the model's likelihood (module
     docstring), and the planted ``(J, J)`` pair effect."""
@@ -73,13 +86,7 @@ def _model_truth(data: CoLocationData, seed: int, noise: float) -> tuple[CoLocat
     u = torch.as_tensor(rng.normal(0.0, 0.7, (len(base.jobs), 2)))
     w = torch.as_tensor(rng.normal(0.0, 1.0, (len(base.jobs), 2)))
     obs = observations_from_runs(data, base.jobs, base.resources, None)
-    job = torch.as_tensor(obs.job)
-    mean = log_speed(
-        pressure(p["log_demand"], p["log_intensity"]),
-        sensitivity(p["log_demand"], p["sens_eps"], p["sens_loc"], p["sens_slope"],
-                    p["sens_scale"]),
-        p["threshold"], job, torch.as_tensor(obs.co), torch.as_tensor(obs.share), u, w,
-    ) + p["iso_bias"][job]
+    mean = _mean_log_speed(p, obs, u, w)
     speed = np.exp(mean.numpy() + rng.normal(0.0, noise, mean.shape))
     # Observation rows follow the runs' rows run by run (observations_from_runs).
     runs = data.runs.copy()
@@ -114,14 +121,7 @@ def _train_residuals(d: dict[str, torch.Tensor], obs: Observations) -> _Array:
     """The co-located speeds' log residuals at the draws' medians (the training data's misfit;
     the noise of the data is its floor)."""
     p = {k: v.median(0).values for k, v in d.items()}
-    job = torch.as_tensor(obs.job)
-    loc = log_speed(
-        pressure(p["log_demand"], p["log_intensity"]),
-        sensitivity(p["log_demand"], p["sens_eps"], p["sens_loc"], p["sens_slope"],
-                    p["sens_scale"]),
-        p["threshold"], job, torch.as_tensor(obs.co), torch.as_tensor(obs.share),
-        p["pair_u"], p["pair_w"],
-    ) + p["iso_bias"][job]
+    loc = _mean_log_speed(p, obs, p["pair_u"], p["pair_w"])
     out: _Array = np.log(obs.speed) - loc.numpy()
     return out
 
