@@ -1,7 +1,7 @@
 """What better inference would buy: the same model's NUTS posterior against its SVI fit.
 
 Run: ``python benchmarks/inference_gap.py [--gavel v100 p100 k80] [--seeds 0 1 2]
-[--nuts 200] [--chain 0] [--workers 2] [--out results.json]``
+[--nuts 200] [--chain 0] [--chains 1] [--workers 2] [--out results.json]``
 
 For each Gavel data set and seed, on the split of ``evaluate`` (30% of co-located runs held
 out, seed ``seed``): the default fit (:func:`interplace.model.fit`, seed ``seed``), and NUTS on
@@ -13,6 +13,12 @@ of the 90% interval; SVI with 500 draws, as ``evaluate``, NUTS with its own), as
 alone and with the second stage (:mod:`interplace.model._cells`) computed from its draws, next
 to soft-impute matrix completion, the strongest peer on Gavel. It also reports each
 posterior's fitted speed noise (the Student-t scale's median).
+
+With ``--chains K`` (K > 1) each split runs K chains, seeded ``--chain`` to ``--chain + K -
+1`` (one row each in ``splits``, as above), and their draws pooled (concatenated, K times as
+many) are scored as one posterior, the second stage computed from them too (one row per split
+in ``pooled``, medians over seeds in ``pooled_medians``): single chains of this model land in
+different modes, and a pooled posterior is what several chains of one sampler would report.
 
 NUTS takes about 10-13 minutes per split on one core (26 jobs): this is a measurement of the
 gap the mean-field guide leaves, not a way to fit.
@@ -48,14 +54,15 @@ def _scores(model: InterferenceModel, test: Any, n: int) -> dict[str, float]:
     return score(model, test, posterior=post)
 
 
-def one(gpu: str, seed: int, n: int, chain: int = 0) -> dict[str, Any]:
-    """The figures of one data set and seed (module docstring)."""
+def _split(gpu: str, seed: int) -> tuple[Any, Any, dict[str, Any], InterferenceModel]:
+    """The split of one data set and seed, soft-impute's MAE on it and the default SVI fit,
+    scored (the SVI part of a row)."""
     torch.set_num_threads(1)
     data = load_gavel(gpu).data
     train, test = holdout_split(data, holdout_frac=0.3, seed=seed)
     y = test["speed"].to_numpy(dtype=float)
     si = fit_soft_impute(train, seed=seed)
-    row: dict[str, Any] = {"data": f"gavel-{gpu}", "seed": seed, "chain": chain,
+    row: dict[str, Any] = {"data": f"gavel-{gpu}", "seed": seed,
                            "soft_impute_mae": float(np.mean(np.abs(si.predict(test) - y)))}
     full = fit(train, seed=seed)
     structure = dataclasses.replace(full, measured=None)
@@ -65,26 +72,59 @@ def one(gpu: str, seed: int, n: int, chain: int = 0) -> dict[str, Any]:
         "speed_noise": float(full.posterior["speed_noise"][0].exp()),
         "fit_seconds": full.info["fit_seconds"],
     }
-    start = time.perf_counter()
-    draws = nuts(structure, train, n, seed=chain)
-    seconds = time.perf_counter() - start
+    return train, test, row, structure
+
+
+def _score_draws(structure: InterferenceModel, train: Any, test: Any, seed: int,
+                 draws: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """``draws`` of ``structure``'s network scored as the structure alone and with the second
+    stage computed from them, and their median speed noise."""
+    n = next(iter(draws.values())).shape[0]
     sampled = SampledModel(**{f.name: getattr(structure, f.name)
                               for f in dataclasses.fields(InterferenceModel) if f.init},
                            samples=draws)
     noise = float(draws["speed_noise"].median())
     obs = observations_from_runs(train, structure.jobs, structure.resources, None)
     pairs, _ = measured_pairs(obs, draws, noise, structure.hyper.measure_noise, seed=seed)
-    row["nuts"] = {
+    return {
         "structure": _scores(sampled, test, n),
         "with_stage": _scores(dataclasses.replace(sampled, measured=pairs), test, n),
         "speed_noise": noise,
-        "fit_seconds": seconds,
     }
-    for kind in ("svi", "nuts"):
+
+
+def _ratios(row: dict[str, Any], kinds: tuple[str, ...]) -> dict[str, Any]:
+    for kind in kinds:
         for part in ("structure", "with_stage"):
             row[kind][part]["ratio_to_soft_impute"] = (
                 row[kind][part]["mae"] / row["soft_impute_mae"])
     return row
+
+
+def one(gpu: str, seed: int, n: int, chain: int = 0,
+        keep: bool = False) -> dict[str, Any]:
+    """The figures of one data set, seed and chain (module docstring); with ``keep`` the row
+    also holds the chain's draws (``"draws"``, tensors by site) for pooling."""
+    train, test, row, structure = _split(gpu, seed)
+    row["chain"] = chain
+    start = time.perf_counter()
+    draws = nuts(structure, train, n, seed=chain)
+    seconds = time.perf_counter() - start
+    row["nuts"] = {**_score_draws(structure, train, test, seed, draws), "fit_seconds": seconds}
+    if keep:
+        row["draws"] = draws
+    return _ratios(row, ("svi", "nuts"))
+
+
+def pooled(gpu: str, seed: int, chains: list[int],
+           draws: list[dict[str, torch.Tensor]]) -> dict[str, Any]:
+    """The draws of several chains of one split, pooled (concatenated) and scored as one
+    posterior."""
+    train, test, row, structure = _split(gpu, seed)
+    row["chains"] = chains
+    both = {k: torch.cat([d[k] for d in draws]) for k in draws[0]}
+    row["nuts"] = _score_draws(structure, train, test, seed, both)
+    return _ratios(row, ("svi", "nuts"))
 
 
 def _medians(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -104,6 +144,22 @@ def _medians(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _pooled_medians(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per data set, the median over seeds of the pooled posteriors' scores."""
+    out: dict[str, Any] = {}
+    for data in sorted({r["data"] for r in rows}):
+        mine = [r for r in rows if r["data"] == data]
+        out[data] = {"seeds": sorted(r["seed"] for r in mine),
+                     "nuts_speed_noise": float(np.median([r["nuts"]["speed_noise"]
+                                                          for r in mine]))}
+        for part in ("structure", "with_stage"):
+            out[data][f"nuts_{part}"] = {
+                k: float(np.median([r["nuts"][part][k] for r in mine]))
+                for k in ("mae", "coverage_90", "interval_width_90", "ratio_to_soft_impute")
+            }
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--gavel", nargs="+", choices=("v100", "p100", "k80"), default=["v100"])
@@ -111,29 +167,76 @@ def main() -> None:
     ap.add_argument("--nuts", type=int, default=200, metavar="N",
                     help="NUTS warm-up and kept draws (default 200)")
     ap.add_argument("--chain", type=int, default=0,
-                    help="seed of the NUTS chain (default 0; another seed is another chain)")
-    ap.add_argument("--workers", type=int, default=1, help="splits run in parallel processes")
+                    help="seed of the (first) NUTS chain (default 0; another seed is another "
+                         "chain)")
+    ap.add_argument("--chains", type=int, default=1, metavar="K",
+                    help="chains per split, seeded --chain, --chain + 1, ...; with K > 1 each "
+                         "chain is scored alone and the K chains' draws pooled (default 1)")
+    ap.add_argument("--workers", type=int, default=1, help="chains run in parallel processes")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    jobs = [(gpu, seed, args.nuts, args.chain) for gpu in args.gavel for seed in args.seeds]
-    results: dict[str, Any] = {"nuts": args.nuts, "chain": args.chain, "splits": []}
+    if args.chains < 1:
+        ap.error("--chains must be at least 1")
+    chains = list(range(args.chain, args.chain + args.chains))
+    keep = args.chains > 1
+    jobs = [(gpu, seed, args.nuts, c, keep) for gpu in args.gavel for seed in args.seeds
+            for c in chains]
+    results: dict[str, Any] = {"nuts": args.nuts, "chain": args.chain, "chains": chains,
+                               "splits": []}
+    if keep:
+        results["pooled"] = []
+    held: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    pools: set[Any] = set()
 
-    def done(row: dict[str, Any]) -> None:
-        # Written after every split, so a run cut short keeps what it finished.
-        results["splits"].append(row)
-        results["medians"] = _medians(results["splits"])
-        print(json.dumps(row), file=sys.stderr)
+    def save() -> None:
+        # Written after every chain and pool, so a run cut short keeps what it finished.
         if args.out:
             save_json(results, args.out)
 
+    def done(row: dict[str, Any]) -> tuple[str, int, list[int], list[Any]] | None:
+        draws = row.pop("draws", None)
+        results["splits"].append(row)
+        results["medians"] = _medians(results["splits"])
+        print(json.dumps(row), file=sys.stderr)
+        save()
+        if draws is None:
+            return None
+        rows = held.setdefault((row["data"], row["seed"]), [])
+        rows.append({"chain": row["chain"], "draws": draws})
+        if len(rows) < len(chains):
+            return None
+        rows.sort(key=lambda r: r["chain"])
+        gpu = row["data"].removeprefix("gavel-")
+        return gpu, row["seed"], [r["chain"] for r in rows], [r["draws"] for r in rows]
+
+    def pool_done(row: dict[str, Any]) -> None:
+        results["pooled"].append(row)
+        results["pooled_medians"] = _pooled_medians(results["pooled"])
+        print(json.dumps({"pooled": row}), file=sys.stderr)
+        save()
+
     if args.workers > 1:
-        with ProcessPoolExecutor(args.workers, mp_context=mp.get_context("spawn")) as pool:
-            for future in as_completed([pool.submit(one, *job) for job in jobs]):
-                done(future.result())
+        with ProcessPoolExecutor(args.workers, mp_context=mp.get_context("spawn")) as ex:
+            pending = {ex.submit(one, *job) for job in jobs}
+            while pending:
+                future = next(as_completed(pending))
+                pending.remove(future)
+                if future in pools:
+                    pool_done(future.result())
+                    continue
+                ready = done(future.result())
+                if ready is not None:
+                    pool_future = ex.submit(pooled, *ready)
+                    pools.add(pool_future)
+                    pending.add(pool_future)
     else:
         for job in jobs:
-            done(one(*job))
+            ready = done(one(*job))
+            if ready is not None:
+                pool_done(pooled(*ready))
     print(json.dumps(results["medians"], indent=1))
+    if keep:
+        print(json.dumps(results["pooled_medians"], indent=1))
 
 
 if __name__ == "__main__":
