@@ -172,10 +172,12 @@ the true effects, where NUTS on the same model covers 82-88%
 up to 40) does better, since the bilinear term's posterior is a curved ridge. The guide also
 underfits: its ELBO prefers a speed noise at which the posterior is nearly factorised (0.24
 where the data's is 0.03, on the same synthetic case; 0.10 on Gavel V100, where NUTS fits
-0.01-0.02), which keeps the held-out intervals wide enough and may cost accuracy: NUTS on
-the same model predicts one Gavel V100 split's held-out speeds about 20% more accurately in
-two chains, but its chains disagree on another (``benchmarks/inference_gap.py``), and it
-takes 9-13 minutes a split.
+0.01-0.02), which keeps the held-out intervals wide enough and costs accuracy: four NUTS
+chains on the same model, their draws pooled, predict Gavel V100's held-out speeds 12-28%
+more accurately than the SVI fit on three splits, with 90% intervals covering 88-90%
+(``benchmarks/inference_gap.py --chains 4``). Single chains settle in different modes (some
+worse than SVI); the gain is in averaging them, and it takes about 40 core-minutes a split.
+A likelihood tempered to the power 1.5 and pooled SVI restarts buy less (``docs/benchmarks.md``).
 
 What it answers
 ---------------
