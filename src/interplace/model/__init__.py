@@ -177,7 +177,8 @@ chains on the same model, their draws pooled, predict Gavel V100's held-out spee
 more accurately than the SVI fit on three splits, with 90% intervals covering 88-90%
 (``benchmarks/inference_gap.py --chains 4``). Single chains settle in different modes (some
 worse than SVI); the gain is in averaging them, and it takes about 40 core-minutes a split.
-A likelihood tempered to the power 1.5 and pooled SVI restarts buy less (``docs/benchmarks.md``).
+Four SVI restarts with the likelihood tempered to the power 1.5, pooled, get part of it on
+Gavel (not on Lucid) at four fits' cost (``docs/benchmarks.md``).
 
 What it answers
 ---------------
