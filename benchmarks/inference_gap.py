@@ -94,6 +94,7 @@ def _score_draws(structure: InterferenceModel, train: Any, test: Any, seed: int,
 
 
 def _ratios(row: dict[str, Any], kinds: tuple[str, ...]) -> dict[str, Any]:
+    """``row`` with each posterior's MAE over soft-impute's added to its scores."""
     for kind in kinds:
         for part in ("structure", "with_stage"):
             row[kind][part]["ratio_to_soft_impute"] = (
@@ -127,13 +128,15 @@ def pooled(gpu: str, seed: int, chains: list[int],
     return _ratios(row, ("svi", "nuts"))
 
 
-def _medians(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per data set, the median over seeds of each posterior's scores."""
+def _medians(rows: list[dict[str, Any]],
+             kinds: tuple[str, ...] = ("svi", "nuts")) -> dict[str, Any]:
+    """Per data set, the median over its rows (seeds, and chains where there are several) of
+    each posterior's scores; ``kinds`` picks the posteriors (``("nuts",)`` for pooled rows)."""
     out: dict[str, Any] = {}
     for data in sorted({r["data"] for r in rows}):
         mine = [r for r in rows if r["data"] == data]
         out[data] = {"seeds": sorted(r["seed"] for r in mine)}
-        for kind in ("svi", "nuts"):
+        for kind in kinds:
             out[data][f"{kind}_speed_noise"] = float(np.median([r[kind]["speed_noise"]
                                                                 for r in mine]))
             for part in ("structure", "with_stage"):
@@ -141,22 +144,6 @@ def _medians(rows: list[dict[str, Any]]) -> dict[str, Any]:
                     k: float(np.median([r[kind][part][k] for r in mine]))
                     for k in ("mae", "coverage_90", "interval_width_90", "ratio_to_soft_impute")
                 }
-    return out
-
-
-def _pooled_medians(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per data set, the median over seeds of the pooled posteriors' scores."""
-    out: dict[str, Any] = {}
-    for data in sorted({r["data"] for r in rows}):
-        mine = [r for r in rows if r["data"] == data]
-        out[data] = {"seeds": sorted(r["seed"] for r in mine),
-                     "nuts_speed_noise": float(np.median([r["nuts"]["speed_noise"]
-                                                          for r in mine]))}
-        for part in ("structure", "with_stage"):
-            out[data][f"nuts_{part}"] = {
-                k: float(np.median([r["nuts"][part][k] for r in mine]))
-                for k in ("mae", "coverage_90", "interval_width_90", "ratio_to_soft_impute")
-            }
     return out
 
 
@@ -211,7 +198,7 @@ def main() -> None:
 
     def pool_done(row: dict[str, Any]) -> None:
         results["pooled"].append(row)
-        results["pooled_medians"] = _pooled_medians(results["pooled"])
+        results["pooled_medians"] = _medians(results["pooled"], ("nuts",))
         print(json.dumps({"pooled": row}), file=sys.stderr)
         save()
 
