@@ -61,10 +61,12 @@ def _handled(w: warnings.WarningMessage) -> bool:
 
 def _import_botorch() -> None:
     # linear_operator decorates functions with torch.jit.script at import time, which torch
-    # 2.13 deprecates; the warning concerns that library, not the caller.
+    # 2.13 deprecates (a DeprecationWarning; 2.14 issues it as a FutureWarning); the warning
+    # concerns that library, not the caller.
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated",
-                                category=DeprecationWarning)
+        for category in (DeprecationWarning, FutureWarning):
+            warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated",
+                                    category=category)
         import botorch
         import botorch.acquisition.analytic
         import botorch.acquisition.logei
