@@ -20,8 +20,15 @@ from interplace.model._net import SUPPORT
 
 def medians(model: InterferenceModel) -> dict[str, torch.Tensor]:
     """Each latent's posterior median, constrained (the guide's location, exponentiated for
-    the positive sites)."""
+    the positive sites); of a mixture posterior's first component (the fit from the model's
+    own seed)."""
     return {k: (loc.exp() if SUPPORT[k] == "positive" else loc)
+            for k, loc in _locations(model).items()}
+
+
+def _locations(model: InterferenceModel) -> dict[str, torch.Tensor]:
+    """Each latent's guide location (unconstrained); a mixture's first component's."""
+    return {k: (loc[0] if model.components > 1 else loc)
             for k, (loc, _) in model.posterior.items()}
 
 
@@ -80,7 +87,7 @@ def posterior_mode(model: InterferenceModel, data: CoLocationData,
     from interplace.model._net import InterferenceNet
 
     tensors = _tensors(model, data)
-    free = {k: loc.clone().requires_grad_() for k, (loc, _) in model.posterior.items()}
+    free = {k: loc.clone().requires_grad_() for k, loc in _locations(model).items()}
 
     def constrained() -> dict[str, torch.Tensor]:
         return {k: v.exp() if SUPPORT[k] == "positive" else v for k, v in free.items()}

@@ -2,7 +2,10 @@
 
 Run: ``python benchmarks/accuracy.py [--seeds 0 1 2] [--lucid ../shared/datasets/lucid]
 [--out results.json] [--parts gavel lucid denoise ablation decision] [--families none model]
-[--gavel v100 p100 k80] [--workers 2] [--mixes 5]``
+[--gavel v100 p100 k80] [--workers 2] [--mixes 5] [--restarts K] [--temper LAMBDA]``
+
+``--restarts`` and ``--temper`` pass those options to every fit (default: the library's own,
+which pools four tempered restarts on Gavel-sized data and fits Lucid once).
 
 Peers: every split also scores the peer predictors of :mod:`interplace.model._peers` on the
 same split (soft-impute matrix completion with inner-CV rank and shrinkage, scikit-learn
@@ -76,16 +79,21 @@ from interplace.model import (
 )
 
 
-def _evaluate_one(job: tuple[CoLocationData, str, int, str | None]) -> dict[str, Any]:
-    data, kind, seed, family = job
-    return evaluate(data, seed=seed, cold_jobs=8 if kind == "cold" else None, family=family)
+def _evaluate_one(
+    job: tuple[CoLocationData, str, int, str | None, dict[str, Any]],
+) -> dict[str, Any]:
+    data, kind, seed, family, fit_kwargs = job
+    return evaluate(
+        data, seed=seed, cold_jobs=8 if kind == "cold" else None, family=family,
+        fit_kwargs=fit_kwargs,
+    )
 
 
 def split_results(
     data: CoLocationData, kind: str, seeds: list[int], family: str | None = None,
-    workers: int = 1,
+    workers: int = 1, fit_kwargs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    jobs = [(data, kind, seed, family) for seed in seeds]
+    jobs = [(data, kind, seed, family, dict(fit_kwargs or {})) for seed in seeds]
     if workers > 1:
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
             runs = list(pool.map(_evaluate_one, jobs))
@@ -268,12 +276,15 @@ def family_ablation(data: CoLocationData, seeds: list[int]) -> list[dict[str, An
     return out
 
 
-def fit_time(data: CoLocationData, repeats: int, family: str | None) -> dict[str, Any]:
+def fit_time(
+    data: CoLocationData, repeats: int, family: str | None,
+    fit_kwargs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     times = []
     steps = []
     for seed in range(repeats):
         t0 = time.perf_counter()
-        m = fit(data, seed=seed, family=family)
+        m = fit(data, seed=seed, family=family, **(fit_kwargs or {}))
         times.append(time.perf_counter() - t0)
         steps.append(m.info["steps"])
     return {
@@ -285,12 +296,14 @@ def fit_time(data: CoLocationData, repeats: int, family: str | None) -> dict[str
     }
 
 
-def _decision_one(job: tuple[int, int, tuple[int, ...]]) -> dict[str, Any]:
+def _decision_one(
+    job: tuple[int, int, tuple[int, ...], dict[str, Any]],
+) -> dict[str, Any]:
     """One seed of the decision benchmark: every predictor's exact choice, scored on truth."""
     from interplace.placement import Job, MeasuredOverModel, MeasuredSpeeds, place, score
     from interplace.topology import builtin
 
-    seed, mixes, sizes = job
+    seed, mixes, sizes, fit_kwargs = job
     gavel = load_gavel("v100")
     inf = [tuple(x) for x in gavel.infeasible.dropna().values.tolist()]
     truth = MeasuredSpeeds.from_pairs(gavel.data.pairs(), forbidden=inf)
@@ -298,7 +311,7 @@ def _decision_one(job: tuple[int, int, tuple[int, ...]]) -> dict[str, Any]:
     train, _ = holdout_split(gavel.data, holdout_frac=0.3, seed=seed)
     types = list(truth.jobs)
     grid = pd.DataFrame([(a, b) for a in types for b in types], columns=["job", "co_runner"])
-    model = fit(train, seed=seed)
+    model = fit(train, seed=seed, **fit_kwargs)
     # The model alone, and the model with the fit's own measured pairs taking precedence
     # (what `interplace place --measured` does: a scheduler keeps what it measured).
     sources: dict[str, Any] = {
@@ -327,12 +340,14 @@ def _decision_one(job: tuple[int, int, tuple[int, ...]]) -> dict[str, Any]:
     return {"seed": seed, "ratios": out}
 
 
-def decision(seeds: list[int], mixes: int, workers: int) -> dict[str, Any]:
+def decision(
+    seeds: list[int], mixes: int, workers: int, fit_kwargs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Decision quality per predictor: the exact best co-location of 12 and 16 Gavel V100
     jobs on the 8 GPUs of dgx-a100 (at most 2 per GPU) chosen on each predictor's speeds
     (fitted with 30% of the co-located runs held out, the seed picking split, fit and mixes),
     scored with the measured speeds as a share of the measured optimum."""
-    jobs = [(seed, mixes, (12, 16)) for seed in seeds]
+    jobs = [(seed, mixes, (12, 16), dict(fit_kwargs or {})) for seed in seeds]
     if workers > 1:
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
             per_seed = list(pool.map(_decision_one, jobs))
@@ -393,6 +408,12 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1, help="seeds fitted in parallel processes")
     ap.add_argument("--mixes", type=int, default=5, help="decision: job mixes per size and seed")
     ap.add_argument(
+        "--restarts", type=int, help="fit option: SVI restarts pooled (default: fit's own)"
+    )
+    ap.add_argument(
+        "--temper", type=float, help="fit option: likelihood power (default: fit's own)"
+    )
+    ap.add_argument(
         "--cold-breakdown",
         action="store_true",
         help="only print the Lucid cold-start MAE split by which side is cold (first seed)",
@@ -403,12 +424,17 @@ def main() -> None:
         families = [None if f == "none" else f for f in args.families]
         print(json.dumps([cold_breakdown(lucid, args.seeds[0], f) for f in families], indent=2))
         return
-    results: dict[str, Any] = {"seeds": args.seeds, "splits": []}
+    fit_kwargs = {
+        k: v for k, v in (("restarts", args.restarts), ("temper", args.temper)) if v is not None
+    }
+    results: dict[str, Any] = {"seeds": args.seeds, "fit": fit_kwargs, "splits": []}
     families = [None if f == "none" else f for f in args.families]
     for gpu in args.gavel if "gavel" in args.parts else ():
         for family in families:
             results["splits"].append(
-                split_results(load_gavel(gpu).data, "random", args.seeds, family, args.workers)
+                split_results(
+                    load_gavel(gpu).data, "random", args.seeds, family, args.workers, fit_kwargs
+                )
             )
             _save(results, args.out)
     if "lucid" in args.parts and args.lucid.is_dir():
@@ -416,10 +442,12 @@ def main() -> None:
         for family in families:
             for kind in ("random", "cold"):
                 results["splits"].append(
-                    split_results(lucid, kind, args.seeds, family, args.workers)
+                    split_results(lucid, kind, args.seeds, family, args.workers, fit_kwargs)
                 )
                 _save(results, args.out)
-        results["fit_time_lucid"] = [fit_time(lucid, len(args.seeds), f) for f in families]
+        results["fit_time_lucid"] = [
+            fit_time(lucid, len(args.seeds), f, fit_kwargs) for f in families
+        ]
         _save(results, args.out)
     elif "lucid" in args.parts:
         print(f"  {args.lucid} not found: Lucid skipped", file=sys.stderr)
@@ -430,7 +458,7 @@ def main() -> None:
         results["denoise"] = denoise(args.seeds)
         _save(results, args.out)
     if "decision" in args.parts:
-        results["decision"] = decision(args.seeds, args.mixes, args.workers)
+        results["decision"] = decision(args.seeds, args.mixes, args.workers, fit_kwargs)
     _save(results, args.out)
     print(json.dumps(results, indent=2))
 

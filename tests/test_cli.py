@@ -264,7 +264,7 @@ def test_demo_on_another_builtin(capsys: pytest.CaptureFixture[str], tmp_path: P
     assert code == 0
     assert "GPUs {0,1}: connections PIX" in out
     assert "uplink:sw:0.0" in out
-    assert "fitted in" in out and "(50 steps)" in out
+    assert "fitted in" in out and "(200 steps over 4 restarts, pooled)" in out
     assert (tmp_path / "pcie-8gpu.png").is_file()
 
 

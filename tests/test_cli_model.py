@@ -71,7 +71,9 @@ def test_fit_writes_a_model_and_prints_a_summary(fitted: Fitted) -> None:
     assert sorted(p.name for p in fitted.model.iterdir()) == ["model.json", "posterior.safetensors"]
     assert fitted.out.count("\n") == 1
     assert fitted.out.startswith("fitted 4 jobs to 20 co-located observations")
-    assert "of toy: 200 steps" in fitted.out and fitted.out.endswith(f"-> {fitted.model}\n")
+    # Small data: the default pools four restarts of 200 steps each.
+    assert "of toy: 800 steps over 4 restarts" in fitted.out
+    assert fitted.out.endswith(f"-> {fitted.model}\n")
     assert "measured pairs kept" in fitted.out
     assert fitted.err == ""  # the tqdm bar shows only on a terminal
     meta = json.loads((fitted.model / "model.json").read_text())
@@ -318,6 +320,15 @@ def test_fit_refuses_bad_outputs_and_topologies_before_fitting(
         ),
         (["fit", "--runs", "r.csv", "--out", "m", "--device", "tpu"], "argument --device"),
         (
+            ["fit", "--runs", "r.csv", "--out", "m", "--restarts", "0"],
+            "argument --restarts: must be an integer >= 1, not '0'",
+        ),
+        (
+            ["evaluate", "--runs", "r.csv", "--temper", "0"],
+            "argument --temper: must be a finite number > 0, not '0'",
+        ),
+        (["fit", "--runs", "r.csv", "--out", "m", "--temper", "inf"], "argument --temper"),
+        (
             [
                 "predict",
                 "--model",
@@ -460,3 +471,20 @@ def test_fit_takes_rank_and_structure_only(
     assert (code, err) == (0, "")
     loaded = InterferenceModel.load(model)
     assert loaded.rank == 0 and loaded.measured is None
+
+
+def test_fit_takes_restarts_and_temper(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, fitted: Fitted
+) -> None:
+    from interplace.model import InterferenceModel
+
+    model = tmp_path / "model"
+    data = fitted.data
+    inputs = ["--runs", str(data / "runs.csv"), "--samples", str(data / "samples.csv")]
+    flags = ["--restarts", "2", "--temper", "1.5", "--steps", STEPS, "--quiet"]
+    code, out, err = run(capsys, "fit", *inputs, "--out", str(model), *flags)
+    assert (code, err) == (0, "")
+    assert "over 2 restarts" in out
+    loaded = InterferenceModel.load(model)
+    assert loaded.components == 2
+    assert (loaded.info["restarts"], loaded.info["temper"]) == (2, 1.5)

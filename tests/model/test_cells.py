@@ -41,7 +41,7 @@ def test_the_default_fit_keeps_its_measured_pairs(small_model: InterferenceModel
     assert m is not None and len(m) == small_model.info["measured_pairs"] > 0
     assert m.noise == small_model.hyper.measure_noise
     # tau^2 = s^2 - sigma_m^2 (floored at (s/10)^2): below the structure's noise scale s.
-    s = float(small_model.posterior["speed_noise"][0].exp())
+    s = small_model.speed_noise()
     assert 0 < m.scale <= s
 
 

@@ -27,10 +27,10 @@ def test_the_default_model_has_the_pair_sites(small_model: InterferenceModel) ->
 
     r = small_model.rank
     assert r == DEFAULT_RANK == small_model.info["rank"]
-    n = len(small_model.jobs)
-    assert small_model.posterior["pair_u"][0].shape == (n, r)
-    assert small_model.posterior["pair_w"][0].shape == (n, r)
-    assert small_model.posterior["pair_scale"][0].shape == (r,)
+    n, k = len(small_model.jobs), small_model.components
+    assert small_model.posterior["pair_u"][0].shape == (k, n, r)
+    assert small_model.posterior["pair_w"][0].shape == (k, n, r)
+    assert small_model.posterior["pair_scale"][0].shape == (k, r)
 
 
 def test_cross_device_runs_are_counted() -> None:
@@ -94,7 +94,8 @@ def test_the_lean_svi_step_gives_pyros_numbers_bit_for_bit(
     # fit steps the guide's parameters with one optimiser and a guide without param
     # statements or plates (for speed); Pyro's SVI with AutoNormal must give the very same
     # posterior, second stage included. Families, the pair term, cross-device runs and the
-    # learning-rate drop at the first plateau (rel_tol 10: at step 200 of 250) are all exercised.
+    # learning-rate drop at the first plateau (rel_tol 10: at step 200 of 250), restarts pooled
+    # and the tempered likelihood are all exercised.
     import torch
     from pyro.infer.autoguide import AutoNormal
 
@@ -106,7 +107,7 @@ def test_the_lean_svi_step_gives_pyros_numbers_bit_for_bit(
 
     def run() -> InterferenceModel:
         return fit(data, seed=1, steps=250, min_steps=0, rel_tol=10.0, topology=topo,
-                   family=families)
+                   family=families, restarts=2, temper=1.5)
 
     lean = run()
     monkeypatch.setattr(_fit, "_SVI", _PyroSVI)

@@ -83,3 +83,22 @@ def test_cold_jobs_keep_the_measured_pairs(small_model: InterferenceModel) -> No
     assert m2.measured is small_model.measured
     p = m2.posterior_speed([Query("new", ("job0",)), Query("job0", ("new",))], seed=0)
     assert bool(torch.isfinite(p.speed).all())
+
+
+def test_cold_jobs_join_every_component_of_a_mixture() -> None:
+    import math
+
+    from interplace.datasets import synthetic
+    from interplace.model import fit
+
+    data = synthetic(4, seed=2, samples_per_run=8)
+    mixture = fit(data, seed=0, steps=100, min_steps=100, restarts=3)
+    m = with_cold_jobs(mixture, {"new": {"gpu_util_pct": 50.0}})
+    assert m.components == 3 and m.jobs[-1] == "new"
+    loc = m.posterior["log_demand"][0]
+    assert loc.shape == (3, len(mixture.jobs) + 1, len(mixture.resources))
+    gpu = mixture.resources.index("gpu_compute")
+    # The counter read sets the new job's demand the same way in every component.
+    assert torch.allclose(loc[:, -1, gpu], torch.full((3,), math.log(0.5), dtype=loc.dtype))
+    p = m.posterior_speed([Query("new", ("job0",))], num_samples=30)
+    assert bool((p.mean > 0).all())

@@ -44,6 +44,17 @@ def open_fraction(text: str) -> float:
     return value
 
 
+def positive_number(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, not {text!r}")
+    return value
+
+
 def data_name(runs: Path) -> str:
     """A data set's name from its runs file: ``prof/runs.csv`` is ``prof``, ``v100.csv`` ``v100``.
 
@@ -114,8 +125,9 @@ def add_fit_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_rank_arg(p: argparse.ArgumentParser) -> None:
-    """``--rank`` (the largest rank of the model's low-rank pair term) and
-    ``--structure-only`` (no measured-pair stage), for fit and evaluate."""
+    """``--rank`` (the largest rank of the model's low-rank pair term), ``--structure-only``
+    (no measured-pair stage), ``--restarts`` and ``--temper`` (the inference), for fit and
+    evaluate."""
     p.add_argument(
         "--rank",
         type=int_at_least(0),
@@ -131,12 +143,27 @@ def add_rank_arg(p: argparse.ArgumentParser) -> None:
         help="leave out the second stage that keeps the measured pairs (each pair measured "
         "on one device keeps its own effect); the model then shrinks them to its structure",
     )
+    p.add_argument(
+        "--restarts",
+        type=int_at_least(1),
+        metavar="K",
+        help="fit K times from seeded starts and keep the equal mixture of the K posteriors "
+        "(K times the fit time; default: interplace.model.fit's)",
+    )
+    p.add_argument(
+        "--temper",
+        type=positive_number,
+        metavar="LAMBDA",
+        help="raise the likelihoods to this power in the fit (default: interplace.model.fit's)",
+    )
 
 
 def rank_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """``rank`` when ``--rank`` was given and ``measured=False`` for ``--structure-only``;
-    otherwise nothing (the library's defaults)."""
-    out: dict[str, Any] = {} if args.rank is None else {"rank": args.rank}
+    """``rank``, ``restarts`` and ``temper`` where given and ``measured=False`` for
+    ``--structure-only``; otherwise nothing (the library's defaults)."""
+    out: dict[str, Any] = {
+        k: getattr(args, k) for k in ("rank", "restarts", "temper") if getattr(args, k) is not None
+    }
     if args.structure_only:
         out["measured"] = False
     return out

@@ -91,7 +91,9 @@ def _run(args: argparse.Namespace) -> int:
     )
     info = model.info
     early = ", converged early" if info.get("stopped_early") else ""
-    w(f"fitted in {info['fit_seconds']:.1f} s ({info['steps']} steps{early})\n")
+    restarts = int(info.get("restarts", 1))
+    pooled = f" over {restarts} restarts, pooled" if restarts > 1 else ""
+    w(f"fitted in {info['fit_seconds']:.1f} s ({info['steps']} steps{pooled}{early})\n")
 
     held = model.posterior_speed(row_queries(test), seed=args.seed)
     mean, q05, q95 = held.mean.tolist(), held.q05.tolist(), held.q95.tolist()

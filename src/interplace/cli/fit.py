@@ -12,6 +12,7 @@ from interplace.cli._common import (
     add_fit_args,
     add_model_data_args,
     add_rank_arg,
+    rank_kwargs,
     read_data,
 )
 from interplace.errors import InputError
@@ -21,7 +22,7 @@ __all__ = ["register"]
 
 
 def _run(args: argparse.Namespace) -> int:
-    from interplace.model import DEFAULT_RANK, fit
+    from interplace.model import fit
 
     out = Path(args.out)
     if not out.parent.is_dir():
@@ -48,12 +49,14 @@ def _run(args: argparse.Namespace) -> int:
         progress=sys.stderr.isatty() and not args.quiet,
         mode=args.mode,
         family=args.family,
-        rank=DEFAULT_RANK if args.rank is None else args.rank,
-        measured=not args.structure_only,
+        **rank_kwargs(args),
     )
     model.save(out)
     info = model.info
     early = " (converged early)" if info.get("stopped_early") else ""
+    restarts = int(info.get("restarts", 1))
+    if restarts > 1:
+        early = f" over {restarts} restarts{early}"
     kept = (
         f", {len(model.measured)} measured pairs kept" if model.measured is not None else ""
     )

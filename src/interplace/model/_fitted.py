@@ -41,7 +41,7 @@ __all__ = [
     "SpeedPosterior",
 ]
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 """Version of the saved model directory layout (``model.json`` + ``posterior.safetensors``).
 
 Version 2 added the intensity sites (``log_intensity``, ``intensity_sd``); version 1 models
@@ -50,9 +50,12 @@ sites and their hyper-parameters); version 2 models, which have none, load uncha
 Version 4 added the low-rank pair term (the sites of :data:`~interplace.model._net.PAIR_SITES`
 and their hyper-parameters); version 2 and 3 models, which have none, load as rank 0.
 Version 5 added the measured pairs of the second stage (:mod:`interplace.model._cells`: the
-``measured.*`` tensors and ``measured`` in ``model.json``); older models load without them."""
+``measured.*`` tensors and ``measured`` in ``model.json``); older models load without them.
+Version 6 added mixture posteriors (``components`` in ``model.json``; a model of ``K > 1``
+components stores each site's locations and scales with a leading axis of ``K``); older models
+load as one component."""
 
-_READS = (2, 3, 4, 5)
+_READS = (2, 3, 4, 5, 6)
 
 _MEASURED = "measured"
 _MEASURED_KEYS = ("job", "co", "log_speed", "n", "expected", "offset")
@@ -143,7 +146,7 @@ class SpeedPosterior:
 
 @dataclass(frozen=True, eq=False)
 class InterferenceModel:
-    """A fitted model: its jobs, resources and counter metrics, and the variational posterior.
+    r"""A fitted model: its jobs, resources and counter metrics, and the variational posterior.
 
     ``posterior`` maps each latent site of :data:`interplace.model._net.SITES` (and, for a
     model fitted with job families, :data:`~interplace.model._net.FAMILY_SITES`) to the
@@ -152,6 +155,11 @@ class InterferenceModel:
     none, the plain prior), or None for a model fitted without families. Predictions draw from
     this posterior with a private RNG seeded per call, so they are reproducible and
     thread-free of global state.
+
+    ``components`` :math:`K` > 1 makes the posterior an equal-weight mixture of :math:`K`
+    mean-field normals (the fits of :func:`~interplace.model.fit` ``restarts``): every site's
+    location and scale then has a leading axis of :math:`K`, ``(K, *shape)``, and draw
+    :math:`s` comes from component :math:`s \bmod K`.
     """
 
     jobs: tuple[str, ...]
@@ -163,6 +171,7 @@ class InterferenceModel:
     info: Mapping[str, Any] = field(default_factory=dict)
     families: tuple[str | None, ...] | None = None
     measured: MeasuredPairs | None = None
+    components: int = 1
     _spread_cache: dict[tuple[int, int], torch.Tensor] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -172,6 +181,10 @@ class InterferenceModel:
             raise InputError("a model needs distinct job names")
         if not self.resources:
             raise InputError("a model needs at least one resource")
+        k = self.components
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise InputError(f"components must be an integer >= 1, not {k!r}")
+        lead = (k,) if k > 1 else ()
         if len(self.metrics) != len(self.full_scale):
             raise InputError("metrics and full_scale differ in length")
         n_jobs, n_res, n_met = len(self.jobs), len(self.resources), max(len(self.metrics), 1)
@@ -221,6 +234,7 @@ class InterferenceModel:
             )
         for name, shape in shapes.items():
             loc, scale = self.posterior[name]
+            shape = (*lead, *shape)
             if tuple(loc.shape) != shape or tuple(scale.shape) != shape:
                 raise InputError(
                     f"posterior site {name} has shape {tuple(loc.shape)}/{tuple(scale.shape)}, "
@@ -249,12 +263,23 @@ class InterferenceModel:
             raise InputError(f"num_samples must be an integer >= 2, not {num_samples!r}")
         gen = torch.Generator().manual_seed(int(seed))
         out = {}
+        # Draw s from mixture component s mod K (stratified: each component's share is exact).
+        comp = torch.arange(num_samples) % self.components if self.components > 1 else None
         for name in self._site_names():  # fixed order: the same seed gives the same draws
             loc, scale = self.posterior[name]
-            eps = torch.randn((num_samples, *loc.shape), generator=gen, dtype=torch.float64)
+            if comp is not None:
+                loc, scale = loc[comp], scale[comp]
+            else:
+                loc, scale = loc.expand(num_samples, *loc.shape), scale
+            eps = torch.randn(loc.shape, generator=gen, dtype=torch.float64)
             z = loc + scale * eps
             out[name] = z.exp() if SUPPORT[name] == "positive" else z
         return out
+
+    def speed_noise(self) -> float:
+        """The structure's speed noise scale: the posterior median of ``speed_noise`` (the mean
+        of the components' medians for a mixture)."""
+        return float(self.posterior["speed_noise"][0].exp().mean())
 
     def family_map(self) -> dict[str, str | None]:
         """Each job's family (None: none, or a model fitted without families).
@@ -588,6 +613,7 @@ class InterferenceModel:
             "sites": {n: SUPPORT[n] for n in self._site_names()},
             "families": None if self.families is None else list(self.families),
             "info": _jsonable(dict(self.info)),
+            "components": self.components,
             "measured": None
             if self.measured is None
             else {"scale": self.measured.scale, "noise": self.measured.noise},
@@ -690,6 +716,9 @@ class InterferenceModel:
             metrics = tuple(str(m) for m in meta["metrics"])
             full_scale = tuple(float(f) for f in meta["full_scale"])
             info = dict(meta.get("info", {}))
+            components = meta.get("components", 1) if version >= 6 else 1
+            if isinstance(components, bool) or not isinstance(components, int):
+                raise InputError(f"{meta_path}: components must be an integer, not {components!r}")
             try:
                 return cls(
                     jobs=jobs,
@@ -701,6 +730,7 @@ class InterferenceModel:
                     info=info,
                     families=families,
                     measured=measured,
+                    components=components,
                 )
             except InputError as exc:  # the object's own checks: say which directory
                 raise InputError(f"{d}: {exc}") from None

@@ -7,6 +7,7 @@ batch dimensions (posterior draws), so one code path serves fitting (no batch) a
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -299,12 +300,14 @@ def counter_mean(demand: torch.Tensor, members: torch.Tensor, res: torch.Tensor)
 
 
 class InterferenceNet(PyroModule):
-    """The generative model over ``J`` jobs, ``R`` resources and ``M`` counter metrics.
+    r"""The generative model over ``J`` jobs, ``R`` resources and ``M`` counter metrics.
 
     ``forward`` takes the encoded observations and counter groups as tensors (see
     :mod:`interplace.model._data`) and scores them; it returns nothing. ``family`` (``(J,)``
     indices in ``0..F``, ``F`` = ``n_families`` for a job without one; or None) adds the
-    family level of :mod:`interplace.model`.
+    family level of :mod:`interplace.model`. ``temper`` :math:`\lambda` raises both
+    likelihoods (speeds and counters) to that power, :math:`p(\theta)\,p(y \mid
+    \theta)^{\lambda}` (a power posterior; 1, the default, is the plain model).
     """
 
     def __init__(
@@ -316,11 +319,15 @@ class InterferenceNet(PyroModule):
         family: torch.Tensor | None = None,
         n_families: int = 0,
         rank: int = 0,
+        temper: float = 1.0,
     ) -> None:
         super().__init__()
         if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
             raise ValueError(f"rank must be an integer >= 0, not {rank!r}")
+        if not (math.isfinite(temper) and temper > 0):
+            raise ValueError(f"temper must be a finite number > 0, not {temper!r}")
         self.rank = rank
+        self.temper = float(temper)
         self.n_jobs = n_jobs
         self.n_res = n_res
         self.n_metrics = max(n_metrics, 1)
@@ -439,21 +446,29 @@ class InterferenceNet(PyroModule):
                     pair_w = pyro.sample("pair_w", dist.Normal(zero, c(1.0)))
         demand = log_demand.exp()
         sens = sensitivity(log_demand, sens_eps, sens_loc, sens_slope, sens_scale)
-        if job.shape[0] > 0:
-            loc = log_speed(
-                pressure(log_demand, log_intensity), sens, threshold, job, co, share,
-                pair_u, pair_w,
-            ) + iso_bias.index_select(-1, job)
-            with plate("observations", job.shape[0], dim=-1):
-                pyro.sample("log_speed", dist.StudentT(c(h.speed_df), loc, speed_noise), obs=log_y)
-        if metric.shape[0] > 0:
-            mu = counter_mean(demand, members, metric_res)
-            sigma = metric_noise.index_select(-1, metric)
-            # Gaussian likelihood of n samples from their sufficient statistics.
-            logp = (
-                -n * torch.log(sigma)
-                - 0.5 * n * math.log(2 * math.pi)
-                - (ssd + n * (mean - mu) ** 2) / (2 * sigma**2)
-            )
-            with plate("counter_groups", metric.shape[0], dim=-1):
-                pyro.factor("counters", logp)
+        # The likelihoods, to the power temper (poutine.scale multiplies their log densities).
+        tempered = (
+            pyro.poutine.scale(scale=self.temper) if self.temper != 1.0
+            else contextlib.nullcontext()
+        )
+        with tempered:
+            if job.shape[0] > 0:
+                loc = log_speed(
+                    pressure(log_demand, log_intensity), sens, threshold, job, co, share,
+                    pair_u, pair_w,
+                ) + iso_bias.index_select(-1, job)
+                with plate("observations", job.shape[0], dim=-1):
+                    pyro.sample(
+                        "log_speed", dist.StudentT(c(h.speed_df), loc, speed_noise), obs=log_y
+                    )
+            if metric.shape[0] > 0:
+                mu = counter_mean(demand, members, metric_res)
+                sigma = metric_noise.index_select(-1, metric)
+                # Gaussian likelihood of n samples from their sufficient statistics.
+                logp = (
+                    -n * torch.log(sigma)
+                    - 0.5 * n * math.log(2 * math.pi)
+                    - (ssd + n * (mean - mu) ** 2) / (2 * sigma**2)
+                )
+                with plate("counter_groups", metric.shape[0], dim=-1):
+                    pyro.factor("counters", logp)

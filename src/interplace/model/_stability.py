@@ -736,7 +736,7 @@ def stability(
         return _Task(d, s, steps, family, topology)
 
     reference = _run_all([task(train, seed)], 1, False)[0]
-    noise = float(reference.posterior["speed_noise"][0].exp())
+    noise = reference.speed_noise()
 
     plan: list[tuple[str, int, str, dict[str, str] | None]] = []
     tasks: list[_Task] = []

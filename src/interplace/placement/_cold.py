@@ -28,7 +28,8 @@ noise, conditioned on the population but not feeding back into it (a refit would
 from the new job; with one isolated run it has nothing else to teach). A saturated counter
 (:math:`u \ge 0.98`) says only that the demand is at least full scale, so it keeps the
 population's prior. The sensitivity then follows the model's regression on demand, which is
-what makes the cold prediction depend on the counters.
+what makes the cold prediction depend on the counters. A mixture posterior (a fit with
+``restarts``) gives the new job these rows in each component, from that component's hats.
 """
 
 from __future__ import annotations
@@ -72,9 +73,10 @@ def with_cold_jobs(
     if not counters:
         return model
     n_jobs = len(model.jobs)
+    lead = 1 if model.components > 1 else 0  # a mixture's sites lead with the component axis
     per_job = [
         name for name, (loc, _) in model.posterior.items()
-        if loc.dim() >= 1 and loc.shape[0] == n_jobs and not name.startswith("family")
+        if loc.dim() >= 1 + lead and loc.shape[lead] == n_jobs and not name.startswith("family")
     ]
     unknown_sites = sorted(set(per_job) - set(COLD_SITES))
     if unknown_sites:
@@ -84,27 +86,14 @@ def with_cold_jobs(
         )
     known = set(model.jobs)
     res_index = {r: i for i, r in enumerate(model.resources)}
-    post = {k: (loc.clone(), scale.clone()) for k, (loc, scale) in model.posterior.items()}
-
-    def mean_of(site: str) -> torch.Tensor:
-        return post[site][0]  # unconstrained location: log of a positive site
-
-    mu_loc, mu_scale = post["demand_mu"]
-    demand_sd = mean_of("demand_sd").exp()
-    intensity_sd = mean_of("intensity_sd").exp()
-    bias_scale = mean_of("iso_bias_scale").exp().reshape(())
-    prior_scale = torch.sqrt(demand_sd**2 + mu_scale**2)
-    names = []
-    rows: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {
-        s: [] for s in COLD_SITES if s in post
-    }
-    pair_scale = mean_of("pair_scale").exp() if "pair_scale" in post else None
+    # Each new job's usable readings: (resource index, share of full scale below saturation).
+    reads: dict[str, list[tuple[int, float]]] = {}
     for job, readings in counters.items():
         if not isinstance(job, str) or not job.strip() or job != job.strip():
             raise InputError(f"cold job names must be non-empty names, not {job!r}")
         if job in known:
             raise InputError(f"job type {job!r} is already in the model")
-        d_loc, d_scale = mu_loc.clone(), prior_scale.clone()
+        reads[job] = []
         for metric, value in _readings(job, readings):
             if metric not in METRIC_RESOURCE:
                 raise InputError(
@@ -115,29 +104,23 @@ def with_cold_jobs(
             if r is None:
                 continue
             u = value / _full_scale(model, metric)
-            if u >= _SATURATED:
-                continue
-            d_loc[r] = math.log(max(u, 0.02))
-            d_scale[r] = 0.05 / max(u, 0.05)
-        rows["log_demand"].append((d_loc, d_scale))
-        n_res = len(model.resources)
-        zeros = torch.zeros(n_res, dtype=torch.float64)
-        rows["sens_eps"].append((zeros, torch.ones(n_res, dtype=torch.float64)))
-        rows["log_intensity"].append((zeros.clone(), intensity_sd.clone()))
-        rows["iso_bias"].append(
-            (torch.zeros((), dtype=torch.float64), bias_scale.clone())
-        )
-        if pair_scale is not None:
-            # The pair term's prior: factors centred on zero, so the mechanism predicts.
-            rows["pair_u"].append((torch.zeros_like(pair_scale), pair_scale.clone()))
-            rows["pair_w"].append((torch.zeros_like(pair_scale), torch.ones_like(pair_scale)))
-        names.append(job)
-    for site, new in rows.items():
-        old_loc, old_scale = post[site]
-        post[site] = (
-            torch.cat([old_loc, torch.stack([a for a, _ in new])]),
-            torch.cat([old_scale, torch.stack([b for _, b in new])]),
-        )
+            if u < _SATURATED:
+                reads[job].append((r, u))
+    if model.components == 1:
+        post = _with_rows(model.posterior, reads, len(model.resources))
+    else:
+        parts = [
+            _with_rows(
+                {k: (loc[c], scale[c]) for k, (loc, scale) in model.posterior.items()},
+                reads, len(model.resources),
+            )
+            for c in range(model.components)
+        ]
+        post = {
+            k: (torch.stack([p[k][0] for p in parts]), torch.stack([p[k][1] for p in parts]))
+            for k in parts[0]
+        }
+    names = list(reads)
     families = None if model.families is None else (*model.families, *([None] * len(names)))
     info = dict(model.info)
     info["cold_jobs"] = [*info.get("cold_jobs", []), *names]
@@ -151,7 +134,53 @@ def with_cold_jobs(
         info=info,
         families=families,
         measured=model.measured,
+        components=model.components,
     )
+
+
+def _with_rows(
+    posterior: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
+    reads: Mapping[str, list[tuple[int, float]]],
+    n_res: int,
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """One mean-field posterior with a row for each new job of ``reads`` (module docstring)."""
+    post = {k: (loc.clone(), scale.clone()) for k, (loc, scale) in posterior.items()}
+
+    def mean_of(site: str) -> torch.Tensor:
+        return post[site][0]  # unconstrained location: log of a positive site
+
+    mu_loc, mu_scale = post["demand_mu"]
+    demand_sd = mean_of("demand_sd").exp()
+    intensity_sd = mean_of("intensity_sd").exp()
+    bias_scale = mean_of("iso_bias_scale").exp().reshape(())
+    prior_scale = torch.sqrt(demand_sd**2 + mu_scale**2)
+    rows: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {
+        s: [] for s in COLD_SITES if s in post
+    }
+    pair_scale = mean_of("pair_scale").exp() if "pair_scale" in post else None
+    for usable in reads.values():
+        d_loc, d_scale = mu_loc.clone(), prior_scale.clone()
+        for r, u in usable:
+            d_loc[r] = math.log(max(u, 0.02))
+            d_scale[r] = 0.05 / max(u, 0.05)
+        rows["log_demand"].append((d_loc, d_scale))
+        zeros = torch.zeros(n_res, dtype=torch.float64)
+        rows["sens_eps"].append((zeros, torch.ones(n_res, dtype=torch.float64)))
+        rows["log_intensity"].append((zeros.clone(), intensity_sd.clone()))
+        rows["iso_bias"].append(
+            (torch.zeros((), dtype=torch.float64), bias_scale.clone())
+        )
+        if pair_scale is not None:
+            # The pair term's prior: factors centred on zero, so the mechanism predicts.
+            rows["pair_u"].append((torch.zeros_like(pair_scale), pair_scale.clone()))
+            rows["pair_w"].append((torch.zeros_like(pair_scale), torch.ones_like(pair_scale)))
+    for site, new in rows.items():
+        old_loc, old_scale = post[site]
+        post[site] = (
+            torch.cat([old_loc, torch.stack([a for a, _ in new])]),
+            torch.cat([old_scale, torch.stack([b for _, b in new])]),
+        )
+    return post
 
 
 def _readings(job: str, readings: Mapping[str, float]) -> Iterable[tuple[str, float]]:
