@@ -120,6 +120,7 @@ def test_ground_truth_and_errors(tmp_path: Path) -> None:
         simulate([SimJob("a", 0, 1, 1.0, "zz")], topo, g, sched)
 
 
+@pytest.mark.slow  # the CLI fits the Gavel V100 model (four restarts by default): ~1.5 min
 def test_cli_json_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["simulate", "--trace", "synthetic", "--jobs", "12", "--topology", "dgx-a100",
                  "--load", "4", "--policies", "fifo-exclusive,oracle", "--json",
