@@ -262,7 +262,6 @@ def _svi(
     net_args: tuple[Any, ...],
     tensors: tuple[torch.Tensor, ...],
     init_demand: torch.Tensor,
-    hyper: Hyper,
     *,
     seed: int,
     steps: int,
@@ -294,7 +293,7 @@ def _svi(
         ):
             # Both modules are built under the setting, so their parameters stay local.
             net = InterferenceNet(*net_args)
-            rank = net.rank
+            hyper, rank = net.hyper, net.rank
             pair_init: dict[str, torch.Tensor] = {}
             if rank > 0:
                 # Bilinear factors at zero are a saddle (each one's gradient is the other):
@@ -526,7 +525,7 @@ def fit(
             runs.append(_svi(
                 (len(jobs), len(resources), len(counters.metrics), hyper, fam_t, n_fam, rank,
                  temper),
-                tensors, init_demand.to(dev), hyper, seed=seed_k, steps=steps, lr=lr,
+                tensors, init_demand.to(dev), seed=seed_k, steps=steps, lr=lr,
                 min_steps=min_steps, rel_tol=rel_tol, scale=max(len(obs) + len(counters), 1),
                 name=data.name, bar=bar,
             ))
@@ -544,6 +543,7 @@ def fit(
             for name in runs[0].posterior
         }
     seconds = time.perf_counter() - start
+    final_losses = [float(np.mean(r.losses[-_WINDOW:])) for r in runs]
     with_pairs = sorted({jobs[j] for j in obs.job.tolist()})
     with_counters = sorted({jobs[j] for _, j in counters.solo(len(jobs))})
     cross_device = 0
@@ -556,7 +556,7 @@ def fit(
         "steps": sum(len(r.losses) for r in runs),
         "max_steps": steps,
         "stopped_early": all(r.stopped_early for r in runs),
-        "final_loss": float(np.mean([np.mean(r.losses[-_WINDOW:]) for r in runs])),
+        "final_loss": float(np.mean(final_losses)),
         "restarts": restarts,
         "temper": temper,
         "fit_seconds": seconds,
@@ -583,7 +583,7 @@ def fit(
     )
     if restarts > 1:
         info["restart_steps"] = [len(r.losses) for r in runs]
-        info["restart_final_loss"] = [float(np.mean(r.losses[-_WINDOW:])) for r in runs]
+        info["restart_final_loss"] = final_losses
     if not measured:
         info["measured_pairs"] = 0
         return structure
