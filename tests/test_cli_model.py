@@ -329,6 +329,10 @@ def test_fit_refuses_bad_outputs_and_topologies_before_fitting(
         ),
         (["fit", "--runs", "r.csv", "--out", "m", "--temper", "inf"], "argument --temper"),
         (
+            ["evaluate", "--runs", "r.csv", "--workers", "0"],
+            "argument --workers: must be an integer >= 1, not '0'",
+        ),
+        (
             [
                 "predict",
                 "--model",
@@ -481,7 +485,7 @@ def test_fit_takes_restarts_and_temper(
     model = tmp_path / "model"
     data = fitted.data
     inputs = ["--runs", str(data / "runs.csv"), "--samples", str(data / "samples.csv")]
-    flags = ["--restarts", "2", "--temper", "1.5", "--steps", STEPS, "--quiet"]
+    flags = ["--restarts", "2", "--temper", "1.5", "--workers", "2", "--steps", STEPS, "--quiet"]
     code, out, err = run(capsys, "fit", *inputs, "--out", str(model), *flags)
     assert (code, err) == (0, "")
     assert "over 2 restarts" in out

@@ -123,10 +123,12 @@ def test_a_missing_extra_is_reported_not_raised() -> None:
 
 def test_evaluate_reports_the_peers_beside_the_model() -> None:
     data = synthetic(5, seed=0, samples_per_run=4)
-    r = evaluate(data, seed=0, steps=200, fit_kwargs={"min_steps": 200})
+    # Two worker processes for the fit's restarts: the same model (test_restarts.py), faster.
+    r = evaluate(data, seed=0, steps=200, fit_kwargs={"min_steps": 200, "workers": 2})
     assert set(r["peers"]) == set(PEERS)
     assert r["best_peer"] in PEERS
     best = r["peers"][r["best_peer"]]["mae"]
     assert r["mae_ratio_to_best_peer"] == pytest.approx(r["model"]["mae"] / best)
-    r2 = evaluate(data, seed=0, steps=200, fit_kwargs={"min_steps": 200}, peers=False)
+    r2 = evaluate(data, seed=0, steps=200, fit_kwargs={"min_steps": 200, "workers": 2},
+                  peers=False)
     assert "peers" not in r2

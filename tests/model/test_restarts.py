@@ -39,6 +39,29 @@ def test_bad_temper_is_refused(temper: object) -> None:
         fit(synthetic(3, seed=0, samples_per_run=2), steps=5, min_steps=0, temper=temper)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("workers", [0, -1, 1.5, True, "2"])
+def test_bad_workers_are_refused(workers: object) -> None:
+    with pytest.raises(InputError, match="workers must be an integer >= 1"):
+        fit(synthetic(3, seed=0, samples_per_run=2), steps=5, min_steps=0, workers=workers)  # type: ignore[arg-type]
+
+
+def test_restarts_in_worker_processes_give_the_same_model_bit_for_bit(
+    mixture: InterferenceModel, small_data: CoLocationData
+) -> None:
+    # Each restart is seeded on its own and runs on one torch thread in either place, so
+    # two spawned workers must reproduce the serial fit exactly, not approximately.
+    par = fit(small_data, seed=0, steps=SMALL_STEPS, min_steps=SMALL_STEPS, restarts=3,
+              workers=2)
+    assert par.info["restart_steps"] == mixture.info["restart_steps"]
+    assert par.posterior.keys() == mixture.posterior.keys()
+    for name, (loc, scale) in mixture.posterior.items():
+        assert torch.equal(par.posterior[name][0], loc), name
+        assert torch.equal(par.posterior[name][1], scale), name
+    q = [Query("job0", ("job1",))]
+    assert torch.equal(par.posterior_speed(q, seed=3).speed,
+                       mixture.posterior_speed(q, seed=3).speed)
+
+
 @pytest.fixture(scope="module")
 def single(small_data: CoLocationData) -> InterferenceModel:
     return fit(small_data, seed=0, steps=SMALL_STEPS, min_steps=SMALL_STEPS, restarts=1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -156,16 +157,35 @@ def add_rank_arg(p: argparse.ArgumentParser) -> None:
         metavar="LAMBDA",
         help="raise the likelihoods to this power in the fit (default: interplace.model.fit's)",
     )
+    add_workers_arg(p)
+
+
+def add_workers_arg(p: argparse.ArgumentParser) -> None:
+    """``--workers``: processes for the fit's restarts (fit, evaluate, demo)."""
+    p.add_argument(
+        "--workers",
+        type=int_at_least(1),
+        metavar="N",
+        help="run the fit's restarts in N processes, the same model bit for bit (default: one "
+        "per CPU core, at most one per restart)",
+    )
+
+
+def fit_workers(args: argparse.Namespace) -> int:
+    """``--workers``, or one per CPU core."""
+    return int(args.workers) if args.workers is not None else max(os.cpu_count() or 1, 1)
 
 
 def rank_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """``rank``, ``restarts`` and ``temper`` where given and ``measured=False`` for
-    ``--structure-only``; otherwise nothing (the library's defaults)."""
+    ``--structure-only`` (otherwise the library's defaults), and ``workers``
+    (:func:`fit_workers`)."""
     out: dict[str, Any] = {
         k: getattr(args, k) for k in ("rank", "restarts", "temper") if getattr(args, k) is not None
     }
     if args.structure_only:
         out["measured"] = False
+    out["workers"] = fit_workers(args)
     return out
 
 

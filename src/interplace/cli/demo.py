@@ -8,7 +8,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, cast
 
-from interplace.cli._common import Subparsers, add_seed_steps_args, describe_set, summary
+from interplace.cli._common import (
+    Subparsers,
+    add_seed_steps_args,
+    add_workers_arg,
+    describe_set,
+    fit_workers,
+    summary,
+)
 from interplace.errors import InputError, atomic_write
 
 if TYPE_CHECKING:
@@ -88,6 +95,7 @@ def _run(args: argparse.Namespace) -> int:
         steps=args.steps,
         progress=sys.stderr.isatty(),
         family="model",
+        workers=fit_workers(args),
     )
     info = model.info
     early = ", converged early" if info.get("stopped_early") else ""
@@ -330,4 +338,5 @@ def register(sub: Subparsers) -> None:
         "--out", default="interplace-demo", help="output directory (default: interplace-demo)"
     )
     add_seed_steps_args(demo, "seed of the held-out split, the fit and the predictions")
+    add_workers_arg(demo)
     demo.set_defaults(func=_run)

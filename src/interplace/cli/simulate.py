@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,7 +48,8 @@ def _run(args: argparse.Namespace) -> int:
         bar = tqdm(total=len(policies), desc="simulate", unit="policy",
                    disable=not sys.stderr.isatty(), leave=False)
         try:
-            results = compare(configs[0], progress=lambda name: bar.update(1))
+            results = compare(configs[0], progress=lambda name: bar.update(1),
+                              workers=max(os.cpu_count() or 1, 1))
         finally:
             bar.close()
         metrics = [{k: v.metrics() for k, v in results.items()}]
