@@ -67,6 +67,8 @@ STATISTICAL = settings(
 """Converged fits compared across optimisation noise: each example costs two fits."""
 
 STEPS = 800  # converged enough on 4-5 jobs that optimisation error is ~0.1-0.5 sd (see above)
+WORKERS = 2  # the STEPS fits' four restarts in two processes: the same models bit for bit
+# (tests/model/test_restarts.py), in about 0.6 of the wall time on two cores
 SHORT = 30  # exact properties: the fit need not converge, only be deterministic
 MONO_STEPS = 40  # fits behind the monotonicity property (cached, at most 12)
 EXTREME_STEPS = 100  # see the extreme-input property
@@ -84,7 +86,8 @@ def _data(n_jobs: int, data_seed: int, samples_per_run: int = 6) -> CoLocationDa
 @functools.cache
 def _reference(n_jobs: int, data_seed: int, seed: int = 0) -> InterferenceModel:
     """The converged reference fit of a drawn data set (cached: examples share data sets)."""
-    return fit(_data(n_jobs, data_seed), seed=seed, steps=STEPS, min_steps=STEPS)
+    return fit(_data(n_jobs, data_seed), seed=seed, steps=STEPS, min_steps=STEPS,
+               workers=WORKERS)
 
 
 @functools.cache
@@ -156,6 +159,7 @@ def test_permuting_rows_and_relabelling_jobs_moves_predictions_only_by_optimisat
         seed=0,
         steps=STEPS,
         min_steps=STEPS,
+        workers=WORKERS,
     )
     ref = _reference(n_jobs, data_seed)
     q = _queries(ref.jobs)
@@ -182,7 +186,7 @@ def test_dropping_counter_samples_moves_demands_by_about_sqrt_f_over_1_minus_f_s
     keep = np.random.default_rng(drop_seed).random(len(data.samples)) >= drop
     note(f"kept {int(keep.sum())} of {len(data.samples)} samples")
     fewer = CoLocationData(data.runs, data.samples.loc[keep].reset_index(drop=True), "fewer")
-    other = fit(fewer, seed=0, steps=STEPS, min_steps=STEPS)
+    other = fit(fewer, seed=0, steps=STEPS, min_steps=STEPS, workers=WORKERS)
     full = _reference(n_jobs, data_seed).draws(S, seed=0)["log_demand"]
     part = other.draws(S, seed=0)["log_demand"]
     z = ((part.mean(0) - full.mean(0)) / full.std(0)).abs()
@@ -218,7 +222,8 @@ def test_duplicating_whole_runs_moves_predictions_within_their_sd(
     pairs = sorted(str(r) for r in size.index[size >= 2])
     chosen = np.random.default_rng(pick).permutation(pairs)[:k].tolist()
     note(f"duplicated runs {chosen}")
-    other = fit(_duplicate(data, chosen), seed=0, steps=STEPS, min_steps=STEPS)
+    other = fit(_duplicate(data, chosen), seed=0, steps=STEPS, min_steps=STEPS,
+                workers=WORKERS)
     ref = _reference(n_jobs, data_seed)
     q = _queries(ref.jobs)
     a, b = _predict(ref, q), _predict(other, q)
@@ -299,7 +304,7 @@ def test_two_fit_seeds_agree_within_the_optimisation_error(
     # each query <= 1.75 sd), reasoned in test_properties' module docstring.
     data = _data(n_jobs, data_seed)
     _show(data)
-    other = fit(data, seed=seed, steps=STEPS, min_steps=STEPS)
+    other = fit(data, seed=seed, steps=STEPS, min_steps=STEPS, workers=WORKERS)
     ref = _reference(n_jobs, data_seed)
     assert not torch.equal(other.posterior["sens_eps"][0], ref.posterior["sens_eps"][0])
     q = _queries(ref.jobs)
