@@ -171,9 +171,14 @@ def add_workers_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
+def cpu_workers() -> int:
+    """One worker per CPU core: the CLI's default for a fit's restarts."""
+    return os.cpu_count() or 1
+
+
 def fit_workers(args: argparse.Namespace) -> int:
-    """``--workers``, or one per CPU core."""
-    return int(args.workers) if args.workers is not None else max(os.cpu_count() or 1, 1)
+    """``--workers``, or :func:`cpu_workers`."""
+    return int(args.workers) if args.workers is not None else cpu_workers()
 
 
 def rank_kwargs(args: argparse.Namespace) -> dict[str, Any]:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from interplace.cli._common import Subparsers, int_at_least
+from interplace.cli._common import Subparsers, cpu_workers, int_at_least
 from interplace.errors import InputError
 
 if TYPE_CHECKING:
@@ -49,7 +48,7 @@ def _run(args: argparse.Namespace) -> int:
                    disable=not sys.stderr.isatty(), leave=False)
         try:
             results = compare(configs[0], progress=lambda name: bar.update(1),
-                              workers=max(os.cpu_count() or 1, 1))
+                              workers=cpu_workers())
         finally:
             bar.close()
         metrics = [{k: v.metrics() for k, v in results.items()}]
