@@ -160,3 +160,19 @@ def test_ray_and_local_processes_agree() -> None:
     for a, b in zip(local, remote, strict=True):
         for name in a:
             assert a[name]["avg_jct_s"] == b[name]["avg_jct_s"]
+
+
+@pytest.mark.slow  # each config fits the model the schedulers see: minutes, twice over
+def test_local_processes_and_serial_sweeps_agree() -> None:
+    from interplace.simulate._run import SimConfig, sweep
+
+    # Each config is seeded on its own, so two spawned workers give the serial numbers, but
+    # for the clock's (wall time, decision time).
+    configs = [SimConfig(trace="synthetic", topology="dgx-a100", n_jobs=8, load=4.0, seed=s,
+                         policies=("fifo-exclusive", "oracle")) for s in (0, 1)]
+    clock = {"wall_s", "decision_ms_median"}
+    runs = [sweep(configs, workers=w) for w in (2, 1)]
+    par, ser = ([{p: {k: v for k, v in m.items() if k not in clock} for p, m in r.items()}
+                 for r in run] for run in runs)
+    assert par == ser
+    assert all(set(m) > clock for r in runs[0] for m in r.values())

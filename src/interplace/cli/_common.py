@@ -7,7 +7,7 @@ import itertools
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -179,6 +179,19 @@ def cpu_workers() -> int:
 def fit_workers(args: argparse.Namespace) -> int:
     """``--workers``, or :func:`cpu_workers`."""
     return int(args.workers) if args.workers is not None else cpu_workers()
+
+
+def fit_steps(info: Mapping[str, Any]) -> str:
+    """How a fit ran, from its ``info``: ``"800 steps"``, ``"800 steps over 4 restarts,
+    pooled"``, each with ``", converged early"`` when every SVI run stopped on its plateau.
+
+    >>> fit_steps({"steps": 800, "restarts": 4, "stopped_early": True})
+    '800 steps over 4 restarts, pooled, converged early'
+    """
+    restarts = int(info.get("restarts", 1))
+    pooled = f" over {restarts} restarts, pooled" if restarts > 1 else ""
+    early = ", converged early" if info.get("stopped_early") else ""
+    return f"{info['steps']} steps{pooled}{early}"
 
 
 def rank_kwargs(args: argparse.Namespace) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from interplace.cli._common import (
     add_seed_steps_args,
     add_workers_arg,
     describe_set,
+    fit_steps,
     fit_workers,
     summary,
 )
@@ -98,10 +99,7 @@ def _run(args: argparse.Namespace) -> int:
         workers=fit_workers(args),
     )
     info = model.info
-    early = ", converged early" if info.get("stopped_early") else ""
-    restarts = int(info.get("restarts", 1))
-    pooled = f" over {restarts} restarts, pooled" if restarts > 1 else ""
-    w(f"fitted in {info['fit_seconds']:.1f} s ({info['steps']} steps{pooled}{early})\n")
+    w(f"fitted in {info['fit_seconds']:.1f} s ({fit_steps(info)})\n")
 
     held = model.posterior_speed(row_queries(test), seed=args.seed)
     mean, q05, q95 = held.mean.tolist(), held.q05.tolist(), held.q95.tolist()

@@ -12,6 +12,7 @@ from interplace.cli._common import (
     add_fit_args,
     add_model_data_args,
     add_rank_arg,
+    fit_steps,
     rank_kwargs,
     read_data,
 )
@@ -53,16 +54,12 @@ def _run(args: argparse.Namespace) -> int:
     )
     model.save(out)
     info = model.info
-    early = " (converged early)" if info.get("stopped_early") else ""
-    restarts = int(info.get("restarts", 1))
-    if restarts > 1:
-        early = f" over {restarts} restarts{early}"
     kept = (
         f", {len(model.measured)} measured pairs kept" if model.measured is not None else ""
     )
     sys.stdout.write(
         f"fitted {len(model.jobs)} jobs to {info['observations']} co-located observations and "
-        f"{info['counter_groups']} counter groups of {data.name}: {info['steps']} steps{early}"
+        f"{info['counter_groups']} counter groups of {data.name}: {fit_steps(info)}"
         f"{kept}, {info['fit_seconds']:.1f} s -> {out}\n"
     )
     return 0

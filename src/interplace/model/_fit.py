@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import multiprocessing
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -23,6 +21,7 @@ from pyro.infer.autoguide.initialization import init_to_median, init_to_value
 from torch.distributions import biject_to, transform_to
 from tqdm.auto import tqdm
 
+from interplace._parallel import spawn_map
 from interplace.datasets.runs import CoLocationData
 from interplace.errors import InputError
 from interplace.model._cells import measured_pairs
@@ -555,13 +554,7 @@ def fit(
             for net_args_k, tensors_k, init_k, kwargs in tasks:
                 runs.append(_svi(net_args_k, tensors_k, init_k, bar=bar, **kwargs))
         else:
-            # spawn: a fresh interpreter per worker, safe with torch's threads (fork is not).
-            ctx = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(max_workers=min(workers, restarts), mp_context=ctx) as pool:
-                futures: list[Future[_Run]] = [pool.submit(_svi_task, t) for t in tasks]
-                for f in futures:
-                    f.add_done_callback(lambda _: bar.update(steps))
-                runs = [f.result() for f in futures]
+            runs = spawn_map(_svi_task, tasks, workers, done=lambda: bar.update(steps))
     finally:
         bar.close()
         torch.set_num_threads(threads)

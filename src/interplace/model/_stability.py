@@ -85,10 +85,8 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -98,6 +96,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from interplace._parallel import spawn_map
 from interplace.datasets.runs import CoLocationData
 from interplace.errors import InputError, atomic_write
 from interplace.model._data import FamilySpec, select_mode
@@ -570,19 +569,7 @@ def _fit_task(task: _Task) -> InterferenceModel:
 def _run_all(tasks: Sequence[_Task], workers: int, progress: bool) -> list[InterferenceModel]:
     bar = tqdm(total=len(tasks), desc="stability", unit="fit", disable=not progress, leave=False)
     try:
-        if workers <= 1 or len(tasks) <= 1:
-            out = []
-            for t in tasks:
-                out.append(_fit_task(t))
-                bar.update(1)
-            return out
-        # spawn: a fresh interpreter per worker, safe with torch's threads (fork is not).
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            futures: list[Future[InterferenceModel]] = [pool.submit(_fit_task, t) for t in tasks]
-            for f in futures:
-                f.add_done_callback(lambda _: bar.update(1))
-            return [f.result() for f in futures]
+        return spawn_map(_fit_task, tasks, workers, done=lambda: bar.update(1))
     finally:
         bar.close()
 

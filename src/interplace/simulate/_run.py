@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from interplace._parallel import spawn_map
 from interplace.errors import InputError, atomic_write
 from interplace.simulate._policies import SIM_POLICIES, make_scheduler
 from interplace.simulate._sim import GroundTruth, SimResult, ground_truth, simulate
@@ -134,13 +134,7 @@ def sweep(
                          logging_level=logging.WARNING)
         task = ray_mod.remote(_one)
         return list(ray_mod.get([task.remote(c) for c in configs]))
-    n = workers or min(len(configs), os.cpu_count() or 1)
-    if n <= 1:
-        return [_one(c) for c in configs]
-    import multiprocessing
-
-    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return list(pool.map(_one, configs))
+    return spawn_map(_one, configs, workers or os.cpu_count() or 1)
 
 
 def plot_results(results: dict[str, SimResult], directory: str | os.PathLike[str]) -> list[Path]:
