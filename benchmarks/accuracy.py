@@ -54,11 +54,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import multiprocessing as mp
 import statistics
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +64,7 @@ import numpy as np
 import pandas as pd
 from _results import save_json
 
+from interplace._parallel import spawn_map
 from interplace.datasets import CoLocationData, load_gavel, load_lucid, synthetic
 from interplace.model import (
     PEERS,
@@ -94,11 +93,7 @@ def split_results(
     workers: int = 1, fit_kwargs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     jobs = [(data, kind, seed, family, dict(fit_kwargs or {})) for seed in seeds]
-    if workers > 1:
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            runs = list(pool.map(_evaluate_one, jobs))
-    else:
-        runs = [_evaluate_one(j) for j in jobs]
+    runs = spawn_map(_evaluate_one, jobs, workers)
     for seed, r in zip(seeds, runs, strict=True):
         m = r["model"]
         fam = (
@@ -348,11 +343,7 @@ def decision(
     (fitted with 30% of the co-located runs held out, the seed picking split, fit and mixes),
     scored with the measured speeds as a share of the measured optimum."""
     jobs = [(seed, mixes, (12, 16), dict(fit_kwargs or {})) for seed in seeds]
-    if workers > 1:
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            per_seed = list(pool.map(_decision_one, jobs))
-    else:
-        per_seed = [_decision_one(j) for j in jobs]
+    per_seed = spawn_map(_decision_one, jobs, workers)
     names = list(per_seed[0]["ratios"])
     summary = {}
     for name in names:

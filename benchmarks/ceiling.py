@@ -32,10 +32,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +41,7 @@ import numpy as np
 import torch
 from _results import save_json
 
+from interplace._parallel import spawn_map
 from interplace.datasets import load_lucid
 from interplace.errors import InputError
 from interplace.model import Query, fit
@@ -98,6 +97,11 @@ def _split(path: str, kind: str, seed: int) -> dict[str, Any]:
     return row
 
 
+def _split_task(job: tuple[str, str, int]) -> dict[str, Any]:
+    """:func:`_split` on one ``(path, kind, seed)``, for :func:`spawn_map`."""
+    return _split(*job)
+
+
 def _med(values: list[Any]) -> float | None:
     vals = [v for v in values if v is not None and np.isfinite(v)]
     return float(np.median(vals)) if vals else None
@@ -138,11 +142,7 @@ def main() -> None:
     if not Path(args.lucid, "colocate_info.csv").is_file():
         sys.exit(f"no Lucid data at {args.lucid} (give --lucid PATH)")
     jobs = [(args.lucid, kind, s) for kind in args.splits for s in args.seeds]
-    if args.workers > 1:
-        with ProcessPoolExecutor(args.workers, mp_context=mp.get_context("spawn")) as pool:
-            rows = list(pool.map(_split, *zip(*jobs, strict=True)))
-    else:
-        rows = [_split(*j) for j in jobs]
+    rows = spawn_map(_split_task, jobs, args.workers)
     for r in rows:
         print(json.dumps(r), flush=True)
     results = {"splits": rows, "medians": _medians(rows), "command": " ".join(sys.argv)}
