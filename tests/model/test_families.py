@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -254,14 +255,17 @@ def test_family_lookup_falls_back_from_families_to_job_to_global_mean() -> None:
 
 def test_evaluate_with_families_reports_the_family_baseline() -> None:
     data, _ = _family_data(2)
-    result = evaluate(data, cold_jobs=1, seed=0, steps=200, family="model")
+    # What is checked is the report's family fields, not the fit or the peers: one restart,
+    # no peers.
+    quick: dict[str, Any] = {"fit_kwargs": {"restarts": 1}, "peers": False}
+    result = evaluate(data, cold_jobs=1, seed=0, steps=200, family="model", **quick)
     assert result["family"] == "model"
     assert "family_baseline" not in result["baselines"]
     # The cold job's family runs at one level next to everyone, so the family lookup nearly
     # knows its speeds, while the per-job mean can only offer the global mean for it.
     assert result["family_baseline"]["mae"] < result["baselines"]["per_job_mean"]["mae"]
     assert result["mae_ratio_to_family_baseline"] > 0
-    plain = evaluate(data, cold_jobs=1, seed=0, steps=200)
+    plain = evaluate(data, cold_jobs=1, seed=0, steps=200, **quick)
     assert "family_baseline" not in plain
 
 
