@@ -162,17 +162,22 @@ def test_ray_and_local_processes_agree() -> None:
             assert a[name]["avg_jct_s"] == b[name]["avg_jct_s"]
 
 
-@pytest.mark.slow  # each config fits the model the schedulers see: minutes, twice over
-def test_local_processes_and_serial_sweeps_agree() -> None:
-    from interplace.simulate._run import SimConfig, sweep
+def test_a_sweep_runs_its_configs_through_spawn_map(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A real process sweep fits a model per config (minutes); spawn_map's own tests cover the
+    # processes, so here only the call: every config, in order, on the workers asked for (one
+    # per core by default).
+    import os
 
-    # Each config is seeded on its own, so two spawned workers give the serial numbers, but
-    # for the clock's (wall time, decision time).
-    configs = [SimConfig(trace="synthetic", topology="dgx-a100", n_jobs=8, load=4.0, seed=s,
-                         policies=("fifo-exclusive", "oracle")) for s in (0, 1)]
-    clock = {"wall_s", "decision_ms_median"}
-    runs = [sweep(configs, workers=w) for w in (2, 1)]
-    par, ser = ([{p: {k: v for k, v in m.items() if k not in clock} for p, m in r.items()}
-                 for r in run] for run in runs)
-    assert par == ser
-    assert all(set(m) > clock for r in runs[0] for m in r.values())
+    from interplace.simulate import _run
+
+    calls: list[tuple[object, list[object], int]] = []
+
+    def fake(func: object, tasks: list[object], workers: int) -> list[str]:
+        calls.append((func, list(tasks), workers))
+        return [f"metrics {i}" for i in range(len(tasks))]
+
+    monkeypatch.setattr(_run, "spawn_map", fake)
+    configs = [_run.SimConfig(seed=s) for s in (0, 1, 2)]
+    assert _run.sweep(configs, workers=2) == ["metrics 0", "metrics 1", "metrics 2"]
+    assert _run.sweep(configs) == ["metrics 0", "metrics 1", "metrics 2"]
+    assert calls == [(_run._one, configs, 2), (_run._one, configs, os.cpu_count() or 1)]
