@@ -23,6 +23,22 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+def test_every_commands_help_renders_its_percent_signs() -> None:
+    # argparse %-formats an argument's help (so "%%" is needed there) but a description only
+    # when it names %(prog)s: a "%%" in a description reaches the user as "%%".
+    import argparse
+
+    from interplace.cli import COMMANDS, build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) >= {c.replace("_", "-") for c in COMMANDS}
+    for name, command in sub.choices.items():
+        text = command.format_help()
+        assert "%%" not in text, name
+    assert "30% of" in sub.choices["demo"].format_help()
+
+
 def test_topo_text_is_an_nvidia_smi_matrix(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "topo", "pcie-8gpu")
     assert code == 0 and err == ""

@@ -123,13 +123,13 @@ def test_a_missing_extra_is_reported_not_raised() -> None:
 
 def test_evaluate_reports_the_peers_beside_the_model() -> None:
     data = synthetic(5, seed=0, samples_per_run=4)
-    # Two worker processes for the fit's restarts: the same model (test_restarts.py), faster.
-    r = evaluate(data, seed=0, steps=200, fit_kwargs={"min_steps": 200, "workers": 2})
+    # What is checked is the report beside the model, not the model: one restart (the
+    # default mixture's restarts are test_restarts.py's).
+    r = evaluate(data, seed=0, steps=200, fit_kwargs={"min_steps": 200, "restarts": 1})
     assert set(r["peers"]) == set(PEERS)
     assert r["best_peer"] in PEERS
     best = r["peers"][r["best_peer"]]["mae"]
     assert r["mae_ratio_to_best_peer"] == pytest.approx(r["model"]["mae"] / best)
-    # Only the report's keys are checked here: one restart is enough.
     r2 = evaluate(data, seed=0, steps=200, fit_kwargs={"min_steps": 200, "restarts": 1},
                   peers=False)
     assert "peers" not in r2

@@ -120,7 +120,35 @@ def test_ground_truth_and_errors(tmp_path: Path) -> None:
         simulate([SimJob("a", 0, 1, 1.0, "zz")], topo, g, sched)
 
 
-@pytest.mark.slow  # the CLI fits the Gavel V100 model (four restarts by default): ~1.5 min
+def test_model_free_policies_neither_fit_nor_read_a_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    # fifo-exclusive, random, pack and spread place blind to speeds and oracle reads the
+    # measured ones: given a model that has every pair backwards they decide exactly as
+    # without one, and a comparison of only those fits none.
+    from interplace.simulate import MODEL_FREE, _run, make_scheduler
+
+    truth = ground_truth("gavel-v100")
+    speed = truth.speeds.speed
+    backwards = MeasuredSpeeds({pair: 1.05 - v for pair, v in speed.items()})
+    # 30 jobs: enough that greedy or local search on the backwards model decides differently
+    # from them on the measured speeds (most jobs' times differ; with 12 jobs, none did).
+    config = _run.SimConfig(trace="synthetic", topology="dgx-a100", n_jobs=30, load=4.0,
+                            seed=0, policies=tuple(sorted(MODEL_FREE)))
+    with_model = _run.compare(config, model=backwards)
+
+    def no_fit(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a model was fitted that no policy reads")
+
+    monkeypatch.setattr(_run, "_model_for", no_fit)
+    without = _run.compare(config)
+    assert set(without) == MODEL_FREE
+    for name in MODEL_FREE:
+        assert without[name].jobs == with_model[name].jobs, name
+        assert without[name].timeline == with_model[name].timeline, name
+    assert any(j["colocated"] for j in without["pack"].jobs.values())  # decisions were made
+    with pytest.raises(InputError, match="policy 'interplace' needs a fitted model"):
+        make_scheduler("interplace", builtin("dgx-a100"), None, truth)
+
+
 def test_cli_json_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["simulate", "--trace", "synthetic", "--jobs", "12", "--topology", "dgx-a100",
                  "--load", "4", "--policies", "fifo-exclusive,oracle", "--json",

@@ -320,7 +320,7 @@ def register(sub: Subparsers) -> None:
         "demo",
         help="run interplace end to end on built-in data",
         description="Show a built-in topology and the contention domains of a few GPU sets, "
-        "then fit the interference model to Gavel's packaged V100 measurements with 30%% of "
+        "then fit the interference model to Gavel's packaged V100 measurements with 30% of "
         "the co-located runs held out, print its held-out error, interval coverage and "
         "baselines, a few predictions and the best and worst partners of one job, and write "
         "into --out the topology plot, a CSV of predictions for every ordered job pair and a "

@@ -63,7 +63,7 @@ def register(sub: Subparsers) -> None:
     ev = sub.add_parser(
         "evaluate",
         help="score the model on held-out runs against baselines and peer predictors",
-        description="Fit on a seeded split of the runs and print, as JSON, the model's MAE, 90%% "
+        description="Fit on a seeded split of the runs and print, as JSON, the model's MAE, 90% "
         "interval coverage and width on the held-out co-located runs, the baselines' MAE and, "
         "with the peers extra installed, the peer predictors' MAE (interplace[peers]).",
     )

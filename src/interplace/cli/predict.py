@@ -79,7 +79,7 @@ def register(sub: Subparsers) -> None:
         "predict",
         help="predict co-located speeds with a fitted model",
         description="Predict each job's speed (co-located / isolated throughput) next to its "
-        "co-runners, with a 90%% interval of a new measurement. PAIRS has the columns job and "
+        "co-runners, with a 90% interval of a new measurement. PAIRS has the columns job and "
         "co_runner (several co-runners joined by +); OUT gets job, co_runner, speed_mean, "
         "speed_q05, speed_q95, one row per query in the same order.",
     )

@@ -104,7 +104,8 @@ def register(sub: Subparsers) -> None:
         help="compare schedulers on a job trace with measured co-location speeds",
         description="Run a trace's jobs through each scheduler on a topology; every job runs "
         "at its measured co-located speed; the model-driven schedulers see a model fitted on "
-        "70%% of the measurements.",
+        "70% of the measurements (fitted only when a policy reads it: fifo-exclusive, random, "
+        "pack, spread and oracle do not).",
     )
     p.add_argument("--trace", default="philly", metavar="PATH|synthetic|philly",
                    help="trace file, the packaged Philly excerpt (philly, default) or synthetic")

@@ -17,7 +17,7 @@ split of the measurements, the topology, the queue and what runs where.
 (['avg_jct_s', 'avg_queue_s', 'colocated_share'], 6)
 """
 
-from interplace.simulate._policies import SIM_POLICIES, make_scheduler
+from interplace.simulate._policies import MODEL_FREE, SIM_POLICIES, make_scheduler
 from interplace.simulate._run import compare, run_workload
 from interplace.simulate._sim import (
     GroundTruth,
@@ -36,6 +36,7 @@ from interplace.simulate._workload import (
 )
 
 __all__ = [
+    "MODEL_FREE",
     "SIM_POLICIES",
     "GroundTruth",
     "PlacementScheduler",

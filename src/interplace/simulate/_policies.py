@@ -11,6 +11,10 @@
 - ``interplace-greedy``: the same with ``greedy``; ``interplace-rl``: the packaged ``rl``
   policy on the model (it places every job it can).
 - ``oracle``: the ``interplace`` decision procedure fed the measured speeds themselves.
+
+The first four and ``oracle`` read no fitted model for a decision (:data:`MODEL_FREE`): a
+comparison of only those fits none, and the blind four then score their placements (a number
+no decision of theirs reads) on the measured speeds.
 """
 
 from __future__ import annotations
@@ -19,11 +23,12 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from interplace.errors import InputError
 from interplace.placement import MeasuredOverModel, SpeedSource
 from interplace.simulate._sim import GroundTruth, PlacementScheduler
 from interplace.topology import Topology
 
-__all__ = ["SIM_POLICIES", "make_scheduler"]
+__all__ = ["MODEL_FREE", "SIM_POLICIES", "make_scheduler"]
 
 SIM_POLICIES = (
     "fifo-exclusive",
@@ -38,18 +43,32 @@ SIM_POLICIES = (
     "oracle",
 )
 
+MODEL_FREE = frozenset({"fifo-exclusive", "random", "pack", "spread", "oracle"})
+"""The policies whose decisions read no fitted model: placement blind to speeds, or (``oracle``)
+the measured speeds. :func:`make_scheduler` builds them without one."""
+
 
 def make_scheduler(
     name: str,
     topology: Topology,
-    model: SpeedSource,
+    model: SpeedSource | None,
     truth: GroundTruth,
     *,
     measured: pd.DataFrame | None = None,
     seed: int = 0,
     max_per_gpu: int = 2,
 ) -> PlacementScheduler:
-    """The scheduler called ``name`` (module docstring); ``measured``: the model's fit pairs."""
+    """The scheduler called ``name`` (module docstring); ``measured``: the model's fit pairs.
+
+    ``model`` may be None for the :data:`MODEL_FREE` policies (the measured speeds stand in
+    where they score a placement); the others need it.
+    """
+    if name not in SIM_POLICIES:
+        raise InputError(f"unknown policy {name!r} (choose from {', '.join(SIM_POLICIES)})")
+    if model is None:
+        if name not in MODEL_FREE:
+            raise InputError(f"policy {name!r} needs a fitted model")
+        model = truth.speeds
     share: Callable[[str, str], bool] = truth.speeds.can_share
     informed: SpeedSource = model if measured is None else MeasuredOverModel(model, measured)
 
@@ -67,8 +86,5 @@ def make_scheduler(
         return mk("greedy", informed, min_gain=0.0)
     if name == "interplace-rl":
         return mk("rl", informed)
-    if name == "oracle":
-        return mk("local-search", truth.speeds, min_gain=0.0)
-    from interplace.errors import InputError
-
-    raise InputError(f"unknown policy {name!r} (choose from {', '.join(SIM_POLICIES)})")
+    assert name == "oracle", name  # every name of SIM_POLICIES is handled above
+    return mk("local-search", truth.speeds, min_gain=0.0)

@@ -12,7 +12,7 @@ from typing import Any
 
 from interplace._parallel import spawn_map
 from interplace.errors import InputError, atomic_write
-from interplace.simulate._policies import SIM_POLICIES, make_scheduler
+from interplace.simulate._policies import MODEL_FREE, SIM_POLICIES, make_scheduler
 from interplace.simulate._sim import GroundTruth, SimResult, ground_truth, simulate
 from interplace.simulate._workload import (
     SimJob,
@@ -89,8 +89,9 @@ def compare(
     progress: Callable[[str], None] | None = None,
     workers: int = 1,
 ) -> dict[str, SimResult]:
-    """Every policy of ``config`` on the same arrivals; ``model``: fit one if None (its
-    restarts in ``workers`` processes: :func:`~interplace.model.fit`)."""
+    """Every policy of ``config`` on the same arrivals; ``model``: fit one if None and a policy
+    reads one (its restarts in ``workers`` processes: :func:`~interplace.model.fit`); a
+    comparison of :data:`~interplace.simulate._policies.MODEL_FREE` policies alone fits none."""
     from interplace.topology import load
 
     unknown = [p for p in config.policies if p not in SIM_POLICIES]
@@ -101,7 +102,7 @@ def compare(
     machine = max(len([g for g in topology.gpus() if topology.gpu(g).machine == m])
                   for m in topology.machines())
     jobs = run_workload(config, truth, machine)
-    if model is None:
+    if model is None and not set(config.policies) <= MODEL_FREE:
         model, measured = _model_for(config.ground_truth, config.seed, workers)
     results = {}
     for name in config.policies:
