@@ -255,7 +255,7 @@ class InterferenceModel:
 
         >>> from interplace.datasets import synthetic
         >>> from interplace.model import fit
-        >>> m = fit(synthetic(3, seed=0, samples_per_run=2), steps=200, min_steps=200)
+        >>> m = fit(synthetic(3, seed=0, samples_per_run=2), steps=200, min_steps=200, restarts=1)
         >>> m.draws(10)["log_demand"].shape
         torch.Size([10, 3, 5])
         """
@@ -286,7 +286,7 @@ class InterferenceModel:
 
         >>> from interplace.datasets import synthetic
         >>> from interplace.model import fit
-        >>> m = fit(synthetic(3, seed=0, samples_per_run=2), steps=50, min_steps=50,
+        >>> m = fit(synthetic(3, seed=0, samples_per_run=2), steps=50, min_steps=50, restarts=1,
         ...         family={"job0": "A", "job1": "A"})
         >>> m.family_map()
         {'job0': 'A', 'job1': 'A', 'job2': None}
@@ -367,7 +367,7 @@ class InterferenceModel:
 
         >>> from interplace.datasets import synthetic
         >>> from interplace.model import fit
-        >>> m = fit(synthetic(3, seed=0, samples_per_run=2), steps=200, min_steps=200)
+        >>> m = fit(synthetic(3, seed=0, samples_per_run=2), steps=200, min_steps=200, restarts=1)
         >>> p = m.posterior_speed([Query("job0", ("job1",)), Query("job0", ())])
         >>> p.speed.shape, round(float(p.mean[1]), 1)  # alone: 1 up to the reference's error
         (torch.Size([500, 2]), 1.0)
@@ -446,7 +446,7 @@ class InterferenceModel:
 
         >>> from interplace.datasets import synthetic
         >>> from interplace.model import fit
-        >>> m = fit(synthetic(3, seed=0, samples_per_run=2), steps=200, min_steps=200)
+        >>> m = fit(synthetic(3, seed=0, samples_per_run=2), steps=200, min_steps=200, restarts=1)
         >>> sorted(m.predict("job0", ["job1", "job2"]))
         ['mean', 'q05', 'q95', 'sd']
         """
@@ -472,7 +472,7 @@ class InterferenceModel:
 
         >>> from interplace.datasets import synthetic
         >>> from interplace.model import fit
-        >>> m = fit(synthetic(3, seed=0, samples_per_run=2), steps=200, min_steps=200)
+        >>> m = fit(synthetic(3, seed=0, samples_per_run=2), steps=200, min_steps=200, restarts=1)
         >>> m.queries_from_frame(pd.DataFrame({"job": ["job0"], "co_runner": ["job1+job2"]}))
         [Query(job='job0', co_runners=('job1', 'job2'), shares=None)]
         >>> m.queries_from_frame(pd.DataFrame({"job": ["job0"], "co_runner": ["job7"]}))

@@ -62,7 +62,7 @@ def with_cold_jobs(
 
     >>> from interplace.datasets import synthetic
     >>> from interplace.model import Query, fit
-    >>> m = fit(synthetic(3, seed=0, samples_per_run=4), steps=200, min_steps=200)
+    >>> m = fit(synthetic(3, seed=0, samples_per_run=4), steps=200, min_steps=200, restarts=1)
     >>> m2 = with_cold_jobs(m, {"new": {"gpu_util_pct": 95.0, "mem_util_pct": 60.0}})
     >>> m2.jobs[-1], len(m2.jobs)
     ('new', 4)

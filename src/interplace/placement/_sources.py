@@ -152,7 +152,7 @@ class MeasuredOverModel:
     >>> from interplace.datasets import synthetic
     >>> from interplace.model import fit
     >>> data = synthetic(3, seed=0, samples_per_run=2)
-    >>> m = fit(data, steps=200, min_steps=200)
+    >>> m = fit(data, steps=200, min_steps=200, restarts=1)
     >>> both = MeasuredOverModel(m, data.pairs())
     >>> row = data.pairs().iloc[0]
     >>> got = both.posterior_speed([Query(row.job, (row.co_runner,))]).mean[0]

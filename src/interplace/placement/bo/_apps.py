@@ -181,7 +181,7 @@ class CoLocation:
 
     >>> from interplace.datasets import synthetic
     >>> from interplace.model import fit
-    >>> m = fit(synthetic(3, seed=0, samples_per_run=2), steps=100, min_steps=100)
+    >>> m = fit(synthetic(3, seed=0, samples_per_run=2), steps=100, min_steps=100, restarts=1)
     >>> c = CoLocation(m, ("job0", "job1", "job2"), gpus=2)
     >>> c.value({"j0": "0", "j1": "0", "j2": "0"}) <= c.value({"j0": "0", "j1": "1", "j2": "1"})
     True
