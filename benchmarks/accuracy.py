@@ -2,7 +2,8 @@
 
 Run: ``python benchmarks/accuracy.py [--seeds 0 1 2] [--lucid ../shared/datasets/lucid]
 [--out results.json] [--parts gavel lucid denoise ablation decision] [--families none model]
-[--gavel v100 p100 k80] [--workers 2] [--mixes 5] [--restarts K] [--temper LAMBDA]``
+[--gavel v100 p100 k80] [--workers 2] [--mixes 5] [--restarts K] [--temper LAMBDA]
+[--lucid-splits random cold] [--no-fit-time]``
 
 ``--restarts`` and ``--temper`` pass those options to every fit (default: the library's own,
 which pools four tempered restarts on Gavel-sized data and fits Lucid once).
@@ -405,6 +406,18 @@ def main() -> None:
         "--temper", type=float, help="fit option: likelihood power (default: fit's own)"
     )
     ap.add_argument(
+        "--lucid-splits",
+        nargs="+",
+        choices=("random", "cold"),
+        default=["random", "cold"],
+        help="Lucid splits to run (default: both)",
+    )
+    ap.add_argument(
+        "--no-fit-time",
+        action="store_true",
+        help="skip the Lucid fit-time measurement that follows the Lucid splits",
+    )
+    ap.add_argument(
         "--cold-breakdown",
         action="store_true",
         help="only print the Lucid cold-start MAE split by which side is cold (first seed)",
@@ -431,15 +444,16 @@ def main() -> None:
     if "lucid" in args.parts and args.lucid.is_dir():
         lucid = load_lucid(args.lucid)
         for family in families:
-            for kind in ("random", "cold"):
+            for kind in args.lucid_splits:
                 results["splits"].append(
                     split_results(lucid, kind, args.seeds, family, args.workers, fit_kwargs)
                 )
                 _save(results, args.out)
-        results["fit_time_lucid"] = [
-            fit_time(lucid, len(args.seeds), f, fit_kwargs) for f in families
-        ]
-        _save(results, args.out)
+        if not args.no_fit_time:
+            results["fit_time_lucid"] = [
+                fit_time(lucid, len(args.seeds), f, fit_kwargs) for f in families
+            ]
+            _save(results, args.out)
     elif "lucid" in args.parts:
         print(f"  {args.lucid} not found: Lucid skipped", file=sys.stderr)
     if "ablation" in args.parts and args.lucid.is_dir():

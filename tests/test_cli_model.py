@@ -461,7 +461,7 @@ def test_fit_and_evaluate_take_job_families(
     assert not missing.exists()
 
 
-def test_fit_takes_rank_and_structure_only(
+def test_fit_takes_rank_structure_only_and_no_cold_scale(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, fitted: Fitted
 ) -> None:
     from interplace.model import InterferenceModel
@@ -470,11 +470,13 @@ def test_fit_takes_rank_and_structure_only(
     model = tmp_path / "model"
     data = fitted.data
     inputs = ["--runs", str(data / "runs.csv"), "--samples", str(data / "samples.csv")]
-    flags = ["--rank", "0", "--structure-only", "--steps", STEPS, "--quiet"]
+    flags = ["--rank", "0", "--structure-only", "--no-cold-scale", "--steps", STEPS, "--quiet"]
     code, _, err = run(capsys, "fit", *inputs, "--out", str(model), *flags)
     assert (code, err) == (0, "")
     loaded = InterferenceModel.load(model)
     assert loaded.rank == 0 and loaded.measured is None
+    assert loaded.info["cold_scale"] is False and loaded.info["cold_demand_shift"] == {}
+    assert InterferenceModel.load(fitted.model).info["cold_scale"] is True
 
 
 def test_fit_takes_restarts_and_temper(

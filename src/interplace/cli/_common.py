@@ -127,8 +127,8 @@ def add_fit_args(p: argparse.ArgumentParser) -> None:
 
 def add_rank_arg(p: argparse.ArgumentParser) -> None:
     """``--rank`` (the largest rank of the model's low-rank pair term), ``--structure-only``
-    (no measured-pair stage), ``--restarts`` and ``--temper`` (the inference), for fit and
-    evaluate."""
+    (no measured-pair stage), ``--no-cold-scale``, ``--restarts`` and ``--temper`` (the
+    inference), for fit and evaluate."""
     p.add_argument(
         "--rank",
         type=int_at_least(0),
@@ -136,13 +136,17 @@ def add_rank_arg(p: argparse.ArgumentParser) -> None:
         help="largest rank of the model's low-rank pair term; 0 fits the mechanism alone "
         "(default: interplace.model.DEFAULT_RANK, 5)",
     )
-
-
     p.add_argument(
         "--structure-only",
         action="store_true",
         help="leave out the second stage that keeps the measured pairs (each pair measured "
         "on one device keeps its own effect); the model then shrinks them to its structure",
+    )
+    p.add_argument(
+        "--no-cold-scale",
+        action="store_true",
+        help="leave the demand of jobs without co-located runs where their counters put it, "
+        "instead of on the scale the fitted jobs' demand has against their counters",
     )
     p.add_argument(
         "--restarts",
@@ -195,14 +199,17 @@ def fit_steps(info: Mapping[str, Any]) -> str:
 
 
 def rank_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """``rank``, ``restarts`` and ``temper`` where given and ``measured=False`` for
-    ``--structure-only`` (otherwise the library's defaults), and ``workers``
+    """``rank``, ``restarts`` and ``temper`` where given, ``measured=False`` for
+    ``--structure-only`` and ``cold_scale=False`` for ``--no-cold-scale`` (otherwise the
+    library's defaults), and ``workers``
     (:func:`fit_workers`)."""
     out: dict[str, Any] = {
         k: getattr(args, k) for k in ("rank", "restarts", "temper") if getattr(args, k) is not None
     }
     if args.structure_only:
         out["measured"] = False
+    if args.no_cold_scale:
+        out["cold_scale"] = False
     out["workers"] = fit_workers(args)
     return out
 

@@ -118,6 +118,15 @@ co-runner never measured with the job gets a Student-t spread :math:`\tau` on to
 :math:`\sigma_m`. The stage is a cut (it does not feed back into the structure): fitted
 jointly by SVI, the effects absorbed either everything or nothing.
 
+*Cold jobs' demand scale.* Before that stage (``fit(cold_scale=True)``, the default;
+:mod:`interplace.model._coldscale`), each job without co-located runs has its posterior mean
+log demand moved, per resource a counter reads, by the median gap :math:`\log d - \log u` of
+the fitted jobs minus that of the cold jobs (:math:`u` the isolated reading; medians over
+readings of at least 5% of full scale), and its intensity
+moved back by as much: its pressure stays where its counters put it, while its sensitivity,
+regressed on log demand, is read as a fitted job's with the same counters would be. A cut
+too; the gaps are in ``info["demand_gap"]`` and ``info["cold_demand_shift"]``.
+
 *Families (optional).* Jobs often come in families: one network at several batch sizes,
 with and without mixed precision. What the counters cannot pin (sensitivity, intensity, the
 demand on resources without counters, the error of the isolated reference) is then alike

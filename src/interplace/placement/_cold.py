@@ -8,19 +8,25 @@ reading :math:`u_{m}` (a share of full scale) of each metric :math:`m` on resour
 :math:`r(m)`, the mean-field posterior rows are
 
 .. math::
-    \log d_{nr} \sim \mathcal N\bigl(\log \max(u, 0.02),\ 0.05 / \max(u, 0.05)\bigr)
+    \log d_{nr} \sim \mathcal N\bigl(\log \max(u, 0.02) + \bar g_r,\ 0.05 / \max(u, 0.05)\bigr),
+    \ \eta_{nr} \sim \mathcal N(-\bar g_r, \hat\varsigma_r^2)
     \ \text{(a counter read, below saturation)}, \qquad
     \log d_{nr} \sim \mathcal N\bigl(\hat\mu_r,\ (\hat\sigma_r^2 + s_{\mu r}^2)^{1/2}\bigr)
     \ \text{(no counter, or a saturated one)},
 
 .. math::
-    \epsilon_{nr} \sim \mathcal N(0, 1), \quad \eta_{nr} \sim \mathcal N(0, \hat\varsigma_r^2),
+    \epsilon_{nr} \sim \mathcal N(0, 1), \quad \eta_{nr} \sim \mathcal N(0, \hat\varsigma_r^2)
+    \ \text{(otherwise)},
     \quad \beta_n \sim \mathcal N(0, \hat\omega^2), \quad
     u_{nl} \sim \mathcal N(0, \hat\lambda_l^2), \quad w_{nl} \sim \mathcal N(0, 1)
 
 (the last two only for a model with a pair term of rank :math:`L`; :math:`\hat\lambda_l` its
 components' spreads), with hats the posterior means of the population's latents
-(:math:`\hat\mu_r` the demand location, :math:`s_{\mu r}` its posterior sd,
+(:math:`\bar g_r` the fitted jobs' median of posterior log demand minus their log
+reading, ``info["demand_gap"]``, which puts the new job's demand, hence its sensitivity, on
+their scale while keeping its pressure :math:`d e^{\eta}` at the reading, as the fit does for
+its own cold jobs (:mod:`interplace.model._coldscale`; 0 for a reading of 0 and for models
+fitted without it), :math:`\hat\mu_r` the demand location, :math:`s_{\mu r}` its posterior sd,
 :math:`\hat\sigma_r` the demand spread, :math:`\hat\varsigma_r` the intensity spread,
 :math:`\hat\omega` the reference-error scale).
 That is the model's own prior for a job given a counter reading with the fit's 5%-of-full-scale
@@ -106,13 +112,14 @@ def with_cold_jobs(
             u = value / _full_scale(model, metric)
             if u < _SATURATED:
                 reads[job].append((r, u))
+    gap = _demand_gap(model)
     if model.components == 1:
-        post = _with_rows(model.posterior, reads, len(model.resources))
+        post = _with_rows(model.posterior, reads, len(model.resources), gap[0])
     else:
         parts = [
             _with_rows(
                 {k: (loc[c], scale[c]) for k, (loc, scale) in model.posterior.items()},
-                reads, len(model.resources),
+                reads, len(model.resources), gap[c],
             )
             for c in range(model.components)
         ]
@@ -142,8 +149,12 @@ def _with_rows(
     posterior: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
     reads: Mapping[str, list[tuple[int, float]]],
     n_res: int,
+    gap: torch.Tensor,
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """One mean-field posterior with a row for each new job of ``reads`` (module docstring)."""
+    """One mean-field posterior with a row for each new job of ``reads`` (module docstring).
+
+    ``gap``: ``(R,)`` the fitted jobs' median gap of log demand below log reading (0 where the
+    fit recorded none)."""
     post = {k: (loc.clone(), scale.clone()) for k, (loc, scale) in posterior.items()}
 
     def mean_of(site: str) -> torch.Tensor:
@@ -160,13 +171,16 @@ def _with_rows(
     pair_scale = mean_of("pair_scale").exp() if "pair_scale" in post else None
     for usable in reads.values():
         d_loc, d_scale = mu_loc.clone(), prior_scale.clone()
+        i_loc = torch.zeros(n_res, dtype=torch.float64)
         for r, u in usable:
-            d_loc[r] = math.log(max(u, 0.02))
+            shift = float(gap[r]) if u > 0 else 0.0
+            d_loc[r] = math.log(max(u, 0.02)) + shift
             d_scale[r] = 0.05 / max(u, 0.05)
+            i_loc[r] = -shift
         rows["log_demand"].append((d_loc, d_scale))
         zeros = torch.zeros(n_res, dtype=torch.float64)
         rows["sens_eps"].append((zeros, torch.ones(n_res, dtype=torch.float64)))
-        rows["log_intensity"].append((zeros.clone(), intensity_sd.clone()))
+        rows["log_intensity"].append((i_loc, intensity_sd.clone()))
         rows["iso_bias"].append(
             (torch.zeros((), dtype=torch.float64), bias_scale.clone())
         )
@@ -181,6 +195,27 @@ def _with_rows(
             torch.cat([old_scale, torch.stack([b for _, b in new])]),
         )
     return post
+
+
+def _demand_gap(model: InterferenceModel) -> torch.Tensor:
+    """``(K, R)`` the fit's warm median gap per component and resource (``info["demand_gap"]``;
+    0 where none was recorded, as in models fitted before it or with ``cold_scale=False``)."""
+    gap = torch.zeros(model.components, len(model.resources), dtype=torch.float64)
+    recorded = model.info.get("demand_gap") or {}
+    if not isinstance(recorded, Mapping):
+        raise InputError("this model's info['demand_gap'] is not a resource -> gaps map")
+    for name, values in recorded.items():
+        if name not in model.resources:
+            continue
+        if (
+            not isinstance(values, list | tuple) or len(values) != model.components
+            or not all(isinstance(v, int | float) and math.isfinite(v) for v in values)
+        ):
+            raise InputError(
+                f"this model's info['demand_gap'][{name!r}] is not {model.components} number(s)"
+            )
+        gap[:, model.resources.index(name)] = torch.tensor(values, dtype=torch.float64)
+    return gap
 
 
 def _readings(job: str, readings: Mapping[str, float]) -> Iterable[tuple[str, float]]:

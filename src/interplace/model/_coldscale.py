@@ -1,0 +1,160 @@
+r"""Cold jobs' demand read on the fitted jobs' scale (a post-fit step of :func:`fit`).
+
+A job with co-located runs (*warm*) gets its demand :math:`d_{jr}` from two sources: its
+isolated counters and the speeds of its co-locations. A job without co-located runs (*cold*)
+has the counters alone. The two disagree in a systematic way: the speeds pull a warm job's
+demand below its counter reading and its intensity :math:`\eta_{jr}` up (the pressure
+:math:`p = d e^\eta` is what the speeds see), while a cold job's demand sits on its reading
+with :math:`\eta = 0`. Pressure agrees between the two, but sensitivity is regressed on log
+demand (:math:`s = \exp(a + b \log d + \tau\epsilon)`, :math:`b \approx 1.3` on Lucid), so a
+cold job reads as more sensitive than a warm job of the same counters and is predicted too
+slow next to anything (measured on Lucid's cold-start splits, ``docs/benchmarks.md``).
+
+So after SVI, per resource :math:`r` that a counter reads and per mixture component, with
+:math:`x_{jr} = \log \bar u_{jr}` the log of job :math:`j`'s mean isolated reading (a share of
+full scale) and :math:`m_{jr}` the posterior mean of :math:`\log d_{jr}`, the gap
+:math:`g_{jr} = m_{jr} - x_{jr}` is summarised by its median over the warm jobs :math:`W_r` and
+over the cold jobs :math:`C_r` whose reading is at least :data:`MIN_READING`, and every cold job
+with a reading above 0 is moved by the difference,
+
+.. math::
+    \Delta_r = \operatorname{median}_{j \in W_r} g_{jr} - \operatorname{median}_{j \in C_r}
+    g_{jr}, \qquad m_{jr} \leftarrow m_{jr} + \Delta_r, \quad
+    \mathbb E[\eta_{jr}] \leftarrow \mathbb E[\eta_{jr}] - \Delta_r,
+
+which keeps each cold job's pressure and its own deviation from the cold median, and puts its
+demand (hence its sensitivity) where a warm job with its counters would have it. Posterior
+spreads are kept. Medians over well-read jobs, not means over all: a low reading pins demand
+loosely, so the prior pulls its posterior up, and a few such jobs among a handful of cold ones
+would otherwise move every cold job (on synthetic data, whose counters read demand exactly,
+means over all readings moved cold jobs' demand 0.07-0.20 off the truth where medians over
+readings of at least 5% keep it within 0.01-0.03, as without the step). A resource with
+fewer than :data:`MIN_WARM_JOBS` warm jobs reading it is left alone. This is a cut, like the
+second stage: it does not feed back into the population's latents. Jobs are *warm* when
+they are observed as a victim in some co-located run (``info["jobs_with_pairs"]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from interplace.model._data import METRIC_RESOURCE, Counters
+
+__all__ = ["MIN_READING", "MIN_WARM_JOBS", "align_cold_demand", "isolated_log_readings"]
+
+MIN_WARM_JOBS = 5
+"""The fewest warm jobs with a reading of a resource for :func:`align_cold_demand` to move the
+cold jobs' demand on it."""
+
+MIN_READING = 0.05
+"""The smallest isolated reading (share of full scale) whose gap counts in the medians of
+:func:`align_cold_demand`."""
+
+_Posterior = dict[str, tuple[torch.Tensor, torch.Tensor]]
+
+
+def isolated_log_readings(
+    counters: Counters, n_jobs: int, resources: Sequence[str]
+) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """``(J, R)`` log of each job's mean isolated counter reading per resource (NaN: none).
+
+    The mean is over the job's isolated counter groups of every metric that reads the resource
+    (each group's mean, a share of full scale); a mean of 0 has no log and gives NaN.
+
+    >>> from interplace.datasets import synthetic
+    >>> from interplace.model._data import counters_from_samples
+    >>> data = synthetic(3, seed=0, samples_per_run=4)
+    >>> jobs = tuple(sorted(data.runs["job"].unique()))
+    >>> counters = counters_from_samples(data, jobs)
+    >>> x = isolated_log_readings(counters, 3, ("gpu_compute", "host_cpu"))
+    >>> x.shape, bool((x <= 0).all())
+    ((3, 2), True)
+    """
+    res_index = {r: i for i, r in enumerate(resources)}
+    total = np.zeros((n_jobs, len(resources)))
+    count = np.zeros((n_jobs, len(resources)))
+    for g, j in counters.solo(n_jobs):
+        r = res_index.get(METRIC_RESOURCE[counters.metrics[int(counters.metric[g])]])
+        if r is not None:
+            total[j, r] += float(counters.mean[g])
+            count[j, r] += 1
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = total / count
+        out = np.log(mean)
+    out[~(mean > 0)] = np.nan
+    return out
+
+
+def align_cold_demand(
+    posterior: _Posterior,
+    readings: np.ndarray[Any, np.dtype[np.float64]],
+    warm: np.ndarray[Any, np.dtype[np.bool_]],
+    resources: Sequence[str],
+    components: int,
+) -> tuple[_Posterior, dict[str, list[float]], dict[str, list[float]]]:
+    r"""Move cold jobs' ``log_demand`` (and back their ``log_intensity``) by :math:`\Delta_r`.
+
+    ``posterior``: the fit's ``(loc, scale)`` per site, locs ``(J, R)`` (or ``(K, J, R)`` for
+    a mixture of ``components`` :math:`K`); ``readings``: ``(J, R)`` from
+    :func:`isolated_log_readings`; ``warm``: ``(J,)``, True for jobs observed in a co-located
+    run. Returns the new posterior (the inputs are not changed), the warm jobs' median gap
+    :math:`\bar g_{W r}` per resource and component (what :func:`~interplace.placement.
+    with_cold_jobs` adds to a new job's read demand) and the shift :math:`\Delta_r` applied,
+    both only for resources with at least :data:`MIN_WARM_JOBS` warm readings of at least
+    :data:`MIN_READING` (the shift only where a cold job has one too).
+
+    >>> import numpy as np, torch
+    >>> loc = torch.tensor([[-1.2], [-0.7], [-0.2], [-1.7], [-2.2], [-0.9]], dtype=torch.float64)
+    >>> post = {"log_demand": (loc, torch.ones_like(loc)),
+    ...         "log_intensity": (torch.zeros_like(loc), torch.ones_like(loc))}
+    >>> x = np.array([[-1.0], [-0.5], [0.0], [-1.5], [-2.0], [-1.0]])
+    >>> warm = np.array([True] * 5 + [False])
+    >>> new, gap, shift = align_cold_demand(post, x, warm, ["gpu_compute"], 1)
+    >>> round(gap["gpu_compute"][0], 6), round(shift["gpu_compute"][0], 6)
+    (-0.2, -0.3)
+    >>> round(float(new["log_demand"][0][5, 0]), 6), round(float(new["log_intensity"][0][5, 0]), 6)
+    (-1.2, 0.3)
+    """
+    out = dict(posterior)
+    gaps: dict[str, list[float]] = {}
+    shifts: dict[str, list[float]] = {}
+    demand_loc = posterior["log_demand"][0]
+    intensity_loc = posterior["log_intensity"][0]
+    locs = demand_loc if components > 1 else demand_loc.unsqueeze(0)
+    new_demand = locs.clone()
+    new_intensity = (intensity_loc if components > 1 else intensity_loc.unsqueeze(0)).clone()
+    cold = ~warm
+    floor = np.log(MIN_READING)
+    for r, name in enumerate(resources):
+        read = np.isfinite(readings[:, r])
+        well = read & (np.nan_to_num(readings[:, r], nan=-np.inf) >= floor)
+        w_idx = np.flatnonzero(well & warm)
+        if len(w_idx) < MIN_WARM_JOBS:
+            continue
+        x = torch.as_tensor(readings[:, r], dtype=locs.dtype)
+        gap = locs[:, :, r] - x  # (K, J); NaN where there is no reading
+        warm_gap = _median(gap[:, w_idx])
+        gaps[name] = [float(g) for g in warm_gap]
+        c_well = np.flatnonzero(well & cold)
+        if not len(c_well):
+            continue
+        delta = warm_gap - _median(gap[:, c_well])  # (K,)
+        c_idx = np.flatnonzero(read & cold)
+        shifts[name] = [float(s) for s in delta]
+        new_demand[:, c_idx, r] += delta.unsqueeze(1)
+        new_intensity[:, c_idx, r] -= delta.unsqueeze(1)
+    if shifts:
+        if components == 1:
+            new_demand, new_intensity = new_demand[0], new_intensity[0]
+        out["log_demand"] = (new_demand, posterior["log_demand"][1])
+        out["log_intensity"] = (new_intensity, posterior["log_intensity"][1])
+    return out, gaps, shifts
+
+
+def _median(x: torch.Tensor) -> torch.Tensor:
+    """``(K, n)`` -> ``(K,)`` medians (the mean of the two middle values for an even ``n``)."""
+    return torch.quantile(x, 0.5, dim=1)
