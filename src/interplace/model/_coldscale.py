@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from interplace.model._data import METRIC_RESOURCE, Counters
+from interplace.model._data import Counters
 
 __all__ = ["MIN_READING", "MIN_WARM_JOBS", "align_cold_demand", "isolated_log_readings"]
 
@@ -74,14 +74,11 @@ def isolated_log_readings(
     >>> x.shape, bool((x <= 0).all())
     ((3, 2), True)
     """
-    res_index = {r: i for i, r in enumerate(resources)}
     total = np.zeros((n_jobs, len(resources)))
     count = np.zeros((n_jobs, len(resources)))
-    for g, j in counters.solo(n_jobs):
-        r = res_index.get(METRIC_RESOURCE[counters.metrics[int(counters.metric[g])]])
-        if r is not None:
-            total[j, r] += float(counters.mean[g])
-            count[j, r] += 1
+    for g, j, r in counters.solo_reads(n_jobs, resources):
+        total[j, r] += float(counters.mean[g])
+        count[j, r] += 1
     with np.errstate(divide="ignore", invalid="ignore"):
         mean = total / count
         out = np.log(mean)

@@ -148,6 +148,17 @@ class Counters:
         alone = self.members[:, :n_jobs].sum(1) == 1
         return [(int(g), int(np.argmax(self.members[g, :n_jobs]))) for g in np.flatnonzero(alone)]
 
+    def solo_reads(self, n_jobs: int, resources: Sequence[str]) -> list[tuple[int, int, int]]:
+        """``(group, job, resource index)`` of every group of :meth:`solo` whose metric reads
+        one of ``resources``."""
+        res_index = {r: i for i, r in enumerate(resources)}
+        out = []
+        for g, j in self.solo(n_jobs):
+            r = res_index.get(METRIC_RESOURCE[self.metrics[int(self.metric[g])]])
+            if r is not None:
+                out.append((g, j, r))
+        return out
+
 
 FamilySpec = str | Mapping[str, str | None] | pd.Series
 """How job families are given: a runs-table column name, or a job -> family map (dict or

@@ -222,9 +222,7 @@ def _initial_demand(
     """
     rng = np.random.default_rng(seed)
     init = hyper.demand_loc + 0.5 * rng.standard_normal((n_jobs, len(resources)))
-    res_index = {r: i for i, r in enumerate(resources)}
-    for g, j in counters.solo(n_jobs):
-        r = res_index[METRIC_RESOURCE[counters.metrics[int(counters.metric[g])]]]
+    for g, j, r in counters.solo_reads(n_jobs, resources):
         init[j, r] = math.log(min(max(float(counters.mean[g]), 0.02), 0.95))
     return torch.as_tensor(init, dtype=torch.float64)
 
