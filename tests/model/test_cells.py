@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import random
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from interplace.datasets import CoLocationData, synthetic
 from interplace.errors import InputError
@@ -16,6 +19,8 @@ from interplace.model._cells import (
     OFFSET_BOUND,
     MeasuredPairs,
     _solve_offsets,
+    borrowed_effects,
+    borrowed_mates,
     complete_effects,
     measured_cells,
     pair_log_speed,
@@ -302,3 +307,111 @@ def test_measured_pairs_naming_unknown_jobs_are_refused(
     bad = _pairs(job=np.array([0, 9]), expected=np.zeros((10, 10)), offset=np.zeros((10, 10)))
     with pytest.raises(InputError, match="cover 10 jobs, not 4"):
         dataclasses.replace(small_model, measured=bad)
+
+
+@st.composite
+def _family_case(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    n = draw(st.integers(2, 7))
+    cells = draw(st.sets(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=12))
+    job = np.array([j for j, _ in sorted(cells)], dtype=np.int64)
+    co = np.array([k for _, k in sorted(cells)], dtype=np.int64)
+    family = np.array(draw(st.lists(st.integers(-1, 2), min_size=n, max_size=n)), dtype=np.int64)
+    seed = draw(st.integers(0, 2**16))
+    effect = np.random.default_rng(seed).normal(0.0, 0.1, (n, n))
+    return effect, job, co, family
+
+
+@settings(max_examples=60, deadline=None)
+@given(_family_case(), st.randoms(use_true_random=False))
+def test_borrowed_effects_fill_only_the_sides_never_measured(
+    case: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], rnd: random.Random
+) -> None:
+    effect, job, co, family = case
+    before = effect.copy()
+    out, rows, cols = borrowed_effects(effect, job, co, family)
+    np.testing.assert_array_equal(effect, before)  # the input is not changed
+    np.testing.assert_array_equal(out[job, co], effect[job, co])  # measured pairs kept
+    victim, runner = np.isin(np.arange(len(family)), job), np.isin(np.arange(len(family)), co)
+    row_filled = np.array([
+        not victim[j] and family[j] >= 0 and bool((victim & (family == family[j])).any())
+        for j in range(len(family))
+    ])
+    col_filled = np.array([
+        not runner[k] and family[k] >= 0 and bool((runner & (family == family[k])).any())
+        for k in range(len(family))
+    ])
+    assert (rows, cols) == (int(row_filled.sum()), int(col_filled.sum()))
+    # Outside the filled columns, a filled row is its family's measured victims' mean, and
+    # every other row is as it was.
+    for j in range(len(family)):
+        mates = victim & (family == family[j])
+        want = effect[mates].mean(0) if row_filled[j] else effect[j]
+        np.testing.assert_allclose(out[j, ~col_filled], want[~col_filled], rtol=0, atol=1e-12)
+    # Relabelling the jobs relabels the result.
+    perm = np.array(rnd.sample(range(len(family)), len(family)))
+    inv = np.argsort(perm)
+    p_out, p_rows, p_cols = borrowed_effects(
+        effect[np.ix_(perm, perm)], inv[job], inv[co], family[perm]
+    )
+    assert (p_rows, p_cols) == (rows, cols)
+    np.testing.assert_allclose(p_out, out[np.ix_(perm, perm)], rtol=0, atol=1e-12)
+
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.booleans(), min_size=2, max_size=8),
+    st.data(),
+)
+def test_borrowed_mates_are_the_family_or_the_nearest_measured_jobs(
+    flags: list[bool], data: st.DataObject
+) -> None:
+    n = len(flags)
+    measured = np.array(flags)
+    family = np.array(data.draw(st.lists(st.integers(-1, 1), min_size=n, max_size=n)))
+    cell = st.one_of(st.just(math.nan), st.floats(-3.0, 0.0, allow_nan=False))
+    x = np.array(data.draw(st.lists(st.tuples(cell, cell), min_size=n, max_size=n)))
+    k = data.draw(st.integers(1, 4))
+    mates = borrowed_mates(measured, family, x, k)
+    plain = borrowed_mates(measured, None, x, k)
+    for j in range(n):
+        if measured[j]:
+            assert mates[j] is None
+            continue
+        kin = np.flatnonzero(measured & (family == family[j])) if family[j] >= 0 else []
+        got = mates[j]
+        if len(kin):
+            assert got is not None and got.tolist() == list(kin)
+            continue
+        # Without family mates, the family-less rule: the k (or fewer) measured jobs nearest
+        # over the resources both read, each resource standardised by the measured jobs.
+        want = plain[j]
+        assert (got is None) == (want is None)
+        dist = np.full(n, np.inf)
+        cols = [
+            r for r in range(2)
+            if np.isfinite(x[measured, r]).sum() >= 2 and np.nanstd(x[measured, r]) > 0
+        ]
+        for i in np.flatnonzero(measured):
+            sq = [
+                ((x[i, r] - x[j, r]) / np.nanstd(x[measured, r])) ** 2
+                for r in cols if np.isfinite(x[i, r]) and np.isfinite(x[j, r])
+            ]
+            if sq:
+                dist[i] = float(np.mean(sq))
+        reachable = int(np.isfinite(dist).sum())
+        if got is None:
+            assert reachable == 0
+            continue
+        assert got.tolist() == want.tolist() and len(got) == min(k, reachable)
+        assert measured[got].all() and np.isfinite(dist[got]).all()
+        left = np.setdiff1d(np.flatnonzero(np.isfinite(dist)), got)
+        if left.size:
+            assert dist[got].max() <= dist[left].min() + 1e-12
+
+
+def test_a_fit_borrows_nothing_where_every_job_is_measured(
+    small_model: InterferenceModel,
+) -> None:
+    info = small_model.info["completion"]
+    assert (info["borrowed_rows"], info["borrowed_columns"]) == (0, 0)

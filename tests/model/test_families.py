@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ from interplace.model import (
     fit,
     job_families,
 )
+from interplace.model._cells import pair_log_speed
+from interplace.model._fit import MEASURED_DRAWS
 
 
 def _runs(jobs: list[str], model: list[object]) -> CoLocationData:
@@ -181,6 +184,29 @@ def test_families_round_trip_through_save_and_load(
         loaded.posterior_speed(q).speed.numpy(), model.posterior_speed(q).speed.numpy()
     )
     assert set(loaded.draws(4)) == set(model.posterior)
+
+
+def test_a_family_fit_fills_its_cold_members_pairs(family_model: InterferenceModel) -> None:
+    # a3 has only its isolated run: its row and its column of the second stage's effects
+    # come from family A's measured members (interplace.model._cells.borrowed_effects); b2
+    # and b3 have no family but are measured on both sides, so nothing else is filled.
+    assert family_model.info["completion"]["borrowed_rows"] == 1
+    assert family_model.info["completion"]["borrowed_columns"] == 1
+    m = family_model.measured
+    assert m is not None
+    # Rebuild the measured members' effects as the stage does (the structure's mean log speed
+    # of each pair from the same draws, the conjugate update), and check that a3's prior
+    # mean effect against every co-runner but itself is their mean, to rounding.
+    structure = dataclasses.replace(family_model, measured=None)
+    mu = pair_log_speed(structure.draws(MEASURED_DRAWS, 0)).numpy()
+    effect = m.expected.copy()
+    effect[m.job, m.co] += m.weight() * (m.log_speed - mu[m.job, m.co] - m.expected[m.job, m.co])
+    jobs = family_model.jobs
+    a3, mates = jobs.index("a3"), [jobs.index(j) for j in ("a0", "a1", "a2")]
+    others = [k for k in range(len(jobs)) if k != a3]
+    np.testing.assert_allclose(
+        m.expected[a3, others], effect[mates][:, others].mean(0), rtol=0, atol=1e-9
+    )
 
 
 @pytest.fixture

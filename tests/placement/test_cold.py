@@ -85,6 +85,29 @@ def test_cold_jobs_keep_the_measured_pairs(small_model: InterferenceModel) -> No
     assert bool(torch.isfinite(p.speed).all())
 
 
+def test_metrics_of_one_resource_are_averaged(small_model: InterferenceModel) -> None:
+    # Two metrics that read GPU compute give the mean of their shares of full scale (as the
+    # fit's isolated readings do), whichever order they come in; a saturated mean keeps the
+    # population's prior, as one saturated metric does.
+    import math
+
+    gpu = small_model.resources.index("gpu_compute")
+    k = small_model.components
+    gap = small_model.info.get("demand_gap", {}).get("gpu_compute", [0.0] * k)
+
+    def new_demand(m: InterferenceModel) -> torch.Tensor:
+        loc = m.posterior["log_demand"][0]  # (J, R), or (K, J, R) for a mixture
+        return loc.reshape(-1, *loc.shape[-2:])[:, -1, gpu]
+
+    a = with_cold_jobs(small_model, {"new": {"gpu_util_pct": 80.0, "sm_active_pct": 40.0}})
+    b = with_cold_jobs(small_model, {"new": {"sm_active_pct": 40.0, "gpu_util_pct": 80.0}})
+    assert new_demand(a).tolist() == pytest.approx([math.log(0.6) + g for g in gap])
+    assert torch.equal(a.posterior["log_demand"][0], b.posterior["log_demand"][0])
+    full = with_cold_jobs(small_model, {"new": {"gpu_util_pct": 99.0, "sm_active_pct": 99.5}})
+    prior = with_cold_jobs(small_model, {"new": {"mem_util_pct": 10.0}})
+    assert torch.equal(new_demand(full), new_demand(prior))
+
+
 def test_cold_jobs_join_every_component_of_a_mixture() -> None:
     import math
 

@@ -116,7 +116,12 @@ co-runner ``k``'s pressure on ``j``), set so the pair's posterior mean log speed
 A measured pair's prediction then follows its measurement, and a new measurement next to a
 co-runner never measured with the job gets a Student-t spread :math:`\tau` on top of
 :math:`\sigma_m`. The stage is a cut (it does not feed back into the structure): fitted
-jointly by SVI, the effects absorbed either everything or nothing.
+jointly by SVI, the effects absorbed either everything or nothing. A job never measured as a
+victim takes as its :math:`m_{jk}` the mean effect against each co-runner of its *mates*
+(its family's measured members in a fit with families, or else the five measured jobs
+nearest to it by isolated counters), and a job never measured as a co-runner its mates'
+as co-runners (rows first, then columns; :func:`~interplace.model._cells.borrowed_effects`),
+where the completion would give it the population's mean.
 
 *Cold jobs' demand scale.* Before that stage (``fit(cold_scale=True)``, the default;
 :mod:`interplace.model._coldscale`), each job without co-located runs has its posterior mean

@@ -32,6 +32,21 @@ effect is conjugate,
 
 and an unmeasured pair's is :math:`m_{jk}`.
 
+*Borrowed effects.* The completion has nothing of a job never measured as a victim (a
+cold job's row, on a cold-start split) or never measured as a co-runner (its column) and
+gives it the population's mean effect. Such a job borrows from *mates*: its family's members
+measured on that side, in a fit with job families, or else the :data:`NEIGHBOURS` measured
+jobs nearest to it by isolated counter readings (each resource's log reading standardised;
+:func:`borrowed_mates`). With :math:`M_j` the mates of victim :math:`j` and :math:`N_k` those
+of co-runner :math:`k`, rows first, then columns,
+
+.. math:: m_{jk} \leftarrow \frac{1}{|M_j|} \sum_{j' \in M_j} \hat\delta_{j'k}, \qquad
+          m_{jk} \leftarrow \frac{1}{|N_k|} \sum_{k' \in N_k} m_{jk'}
+
+(:func:`borrowed_effects`). Jobs alike in family or counters fare alike against a co-runner
+(the interaction a tree ensemble learns from both jobs' features); measured on Lucid's
+cold-start splits, ``docs/benchmarks.md``.
+
 *Offsets, not additions.* The effect does not enter the speed as a term: it sets a pressure
 offset :math:`c_{jk}`, which scales co-runner ``k``'s pressure on ``j`` by :math:`e^{c_{jk}}`
 on every resource they share (as the low-rank term does,
@@ -74,8 +89,11 @@ from interplace.model._net import KAPPA, _softplus, pressure, sensitivity
 from interplace.model._softimpute import LAMBDA_FRACTIONS, RANKS, biases, fit_cells
 
 __all__ = [
+    "NEIGHBOURS",
     "OFFSET_BOUND",
     "MeasuredPairs",
+    "borrowed_effects",
+    "borrowed_mates",
     "complete_effects",
     "measured_cells",
     "measured_pairs",
@@ -254,6 +272,106 @@ def complete_effects(
     return fitted(*best, np.arange(c)), info
 
 
+NEIGHBOURS = 5
+"""How many measured jobs, nearest by isolated counters, a job without a family to borrow from
+takes its effects from (:func:`borrowed_effects`)."""
+
+
+def borrowed_mates(
+    measured: np.ndarray[Any, np.dtype[np.bool_]],
+    family: _IntArray | None = None,
+    readings: _FloatArray | None = None,
+    k: int = NEIGHBOURS,
+) -> list[_IntArray | None]:
+    r"""For each job not ``measured`` (on one side of the pairs), the measured jobs it borrows
+    its effects from (module docstring, *Borrowed effects*): its family's measured members,
+    or else the ``k`` nearest measured jobs by isolated counter readings; None for a measured
+    job and for one with neither.
+
+    ``measured``: ``(J,)``; ``family``: ``(J,)`` family indices, negative for none;
+    ``readings``: ``(J, R)`` log isolated readings (NaN: none; :func:`~interplace.model.
+    _coldscale.isolated_log_readings`). Each resource is standardised by the measured jobs'
+    readings (one with fewer than two, or no spread, is left out), and the distance is the
+    mean squared difference over the resources both jobs read; ties go to the lower index.
+
+    >>> import numpy as np
+    >>> measured = np.array([True, True, True, False, False])
+    >>> x = np.array([[0.0], [1.0], [2.0], [1.9], [np.nan]])
+    >>> [m if m is None else m.tolist() for m in borrowed_mates(measured, readings=x, k=2)]
+    [None, None, None, [2, 1], None]
+    >>> fam = np.array([0, 1, -1, 0, 1])
+    >>> [m if m is None else m.tolist() for m in borrowed_mates(measured, fam, x, k=2)]
+    [None, None, None, [0], [1]]
+    """
+    n = measured.shape[0]
+    out: list[_IntArray | None] = [None] * n
+    z = None
+    if readings is not None:
+        known = readings[measured]
+        use = np.array([
+            int(np.isfinite(col).sum()) >= 2 and float(np.nanstd(col)) > 0 for col in known.T
+        ], dtype=bool)
+        if use.any():
+            centre = np.nanmean(known[:, use], axis=0)
+            z = (readings[:, use] - centre) / np.nanstd(known[:, use], axis=0)
+    donors = np.flatnonzero(measured)
+    for j in np.flatnonzero(~measured):
+        if family is not None and family[j] >= 0:
+            mates = np.flatnonzero(measured & (family == family[j]))
+            if mates.size:
+                out[j] = mates
+                continue
+        if z is None or not np.isfinite(z[j]).any() or not donors.size:
+            continue
+        diff = (z[donors] - z[j]) ** 2
+        both = np.isfinite(diff)
+        count = both.sum(1)
+        dist = np.where(both, diff, 0.0).sum(1) / np.maximum(count, 1)
+        ok = count > 0
+        if ok.any():
+            order = np.argsort(np.where(ok, dist, np.inf), kind="stable")[: min(k, int(ok.sum()))]
+            out[j] = donors[order]
+    return out
+
+
+def borrowed_effects(
+    effect: _FloatArray, job: _IntArray, co: _IntArray, family: _IntArray | None = None,
+    readings: _FloatArray | None = None, k: int = NEIGHBOURS,
+) -> tuple[_FloatArray, int, int]:
+    r"""``effect`` (``(J, J)``) with the row of each job never measured as a victim and the
+    column of each never measured as a co-runner borrowed from its mates
+    (:func:`borrowed_mates`; module docstring, *Borrowed effects*).
+
+    ``job``, ``co``: ``(C,)`` the measured pairs; ``family``, ``readings``, ``k``: as
+    :func:`borrowed_mates`. Returns the new matrix (the input is not changed) and the number
+    of rows and of columns borrowed.
+
+    >>> import numpy as np
+    >>> effect = np.array([[0.0, 0.2, 0.0], [0.1, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    >>> job, co = np.array([0, 1]), np.array([1, 0])
+    >>> out, rows, cols = borrowed_effects(effect, job, co, np.array([0, 1, 0]))
+    >>> out.tolist(), rows, cols
+    ([[0.0, 0.2, 0.0], [0.1, 0.0, 0.1], [0.0, 0.2, 0.0]], 1, 1)
+    """
+    n = effect.shape[0]
+    victims = np.zeros(n, dtype=bool)
+    victims[job] = True
+    runners = np.zeros(n, dtype=bool)
+    runners[co] = True
+    out = effect.copy()
+    rows = cols = 0
+    for j, mates in enumerate(borrowed_mates(victims, family, readings, k)):
+        if mates is not None:
+            out[j] = effect[mates].mean(0)
+            rows += 1
+    filled = out.copy()
+    for c, mates in enumerate(borrowed_mates(runners, family, readings, k)):
+        if mates is not None:
+            out[:, c] = filled[:, mates].mean(1)
+            cols += 1
+    return out, rows, cols
+
+
 def _pair_terms(draws: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
     r"""What :func:`pair_log_speed` computes before the offset enters, each with draws first:
     the job's pressure ``(S, J, 1, R)``, the co-runner's pressure times :math:`e^{z_{jk}}`
@@ -403,13 +521,18 @@ def measured_pairs(
     measure_noise: float,
     *,
     seed: int = 0,
+    family: _IntArray | None = None,
+    readings: _FloatArray | None = None,
 ) -> tuple[MeasuredPairs | None, dict[str, Any]]:
     """The second stage for ``obs`` (module docstring), or None without a measured pair.
 
     ``draws``: posterior draws of the structure (``(S, ...)`` each); ``structure_noise``: its
-    fitted noise scale :math:`s`. Returns the pairs and the completion's summary
+    fitted noise scale :math:`s`; ``family``: ``(J,)`` each job's family index (negative:
+    none), or None for a fit without families; ``readings``: ``(J, R)`` the jobs' log isolated
+    counter readings (NaN: none), or None. Returns the pairs and the completion's summary
     (:func:`complete_effects`) with ``unreachable``, the number of measured pairs whose target
-    no offset meets.
+    no offset meets, and ``borrowed_rows`` and ``borrowed_columns``, how many jobs' effects
+    :func:`borrowed_effects` filled.
     """
     if not (structure_noise > 0 and measure_noise > 0):
         raise InputError("measured pairs: noise scales must be > 0")
@@ -431,6 +554,13 @@ def measured_pairs(
     effect = expected.copy()
     w = tau**2 / (tau**2 + measure_noise**2 / counts)
     effect[job, co] = expected[job, co] + w * (residual - expected[job, co])
+    effect, info["borrowed_rows"], info["borrowed_columns"] = borrowed_effects(
+        effect, job, co, family, readings
+    )
+    # A borrowed pair is unmeasured: its effect is its prior mean.
+    unmeasured = np.ones_like(effect, dtype=bool)
+    unmeasured[job, co] = False
+    expected = np.where(unmeasured, effect, expected)
     target = mu + torch.as_tensor(effect)
     offset = _solve_offsets(draws, target, terms=terms)
     reached = pair_log_speed(draws, offset, terms=terms)[job, co]

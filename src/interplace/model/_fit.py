@@ -439,7 +439,11 @@ def fit(
     measured alone on one device gets its own effect, so the model's prediction of a measured
     pair follows the measurement (up to ``hyper.measure_noise``) instead of being shrunk to
     what the structure explains, and a pair never measured carries the structure's misfit in
-    its interval. False keeps the structure alone (the model before version 5).
+    its interval. A job never measured on one side of a pair (as victim, as co-runner)
+    borrows that side's effects from its family's measured members, or else from the five
+    measured jobs nearest by isolated counters (``info["completion"]["borrowed_rows"]`` and
+    ``["borrowed_columns"]`` count them). False keeps the structure alone (the model before
+    version 5).
 
     ``restarts`` :math:`K` runs the SVI above :math:`K` times, the first from ``seed`` and the
     others from seeds hashed from ``(seed, k)`` (:func:`restart_seed`; each its own
@@ -639,8 +643,13 @@ def fit(
 
     noise = structure.speed_noise()
     stage2 = time.perf_counter()
+    fam_idx = None
+    if families is not None:
+        idx, n_fam = family_index(families)
+        fam_idx = np.where(idx < n_fam, idx, -1)  # index n_fam: no family
     pairs, completion = measured_pairs(
-        obs, structure.draws(MEASURED_DRAWS, seed), noise, hyper.measure_noise, seed=seed
+        obs, structure.draws(MEASURED_DRAWS, seed), noise, hyper.measure_noise, seed=seed,
+        family=fam_idx, readings=isolated_log_readings(counters, len(jobs), resources),
     )
     info["measured_pairs"] = 0 if pairs is None else len(pairs)
     info["completion"] = completion

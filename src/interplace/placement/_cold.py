@@ -5,7 +5,8 @@ counters from a short isolated run (or a previous run of the same job). The mode
 path gives such a job a posterior from its counters and the population: this module adds it
 to a fitted model without refitting. For the new job :math:`n`, with mean isolated counter
 reading :math:`u_{m}` (a share of full scale) of each metric :math:`m` on resource
-:math:`r(m)`, the mean-field posterior rows are
+:math:`r(m)` (:math:`u` below: the mean of :math:`u_m` over the metrics of one resource), the
+mean-field posterior rows are
 
 .. math::
     \log d_{nr} \sim \mathcal N\bigl(\log \max(u, 0.02) + \bar g_r,\ 0.05 / \max(u, 0.05)\bigr),
@@ -63,8 +64,10 @@ def with_cold_jobs(
     """``model`` with each new job type of ``counters`` (metric -> mean isolated reading) added.
 
     Readings are in each metric's unit (``gpu_util_pct`` in percent, ``pcie_rx_kbps`` in
-    kB/s). Types the model already knows are refused, so are unknown metrics and readings
-    that are negative or not finite.
+    kB/s); the readings of several metrics of one resource (``gpu_util_pct`` and
+    ``sm_active_pct``) are averaged as shares of full scale, as the fit averages a job's
+    isolated readings. Types the model already knows are refused, so are unknown metrics and
+    readings that are negative or not finite.
 
     >>> from interplace.datasets import synthetic
     >>> from interplace.model import Query, fit
@@ -99,7 +102,7 @@ def with_cold_jobs(
             raise InputError(f"cold job names must be non-empty names, not {job!r}")
         if job in known:
             raise InputError(f"job type {job!r} is already in the model")
-        reads[job] = []
+        shares: dict[int, list[float]] = {}
         for metric, value in _readings(job, readings):
             if metric not in METRIC_RESOURCE:
                 raise InputError(
@@ -107,11 +110,12 @@ def with_cold_jobs(
                     f"(known: {', '.join(sorted(METRIC_RESOURCE))})"
                 )
             r = res_index.get(METRIC_RESOURCE[metric])
-            if r is None:
-                continue
-            u = value / _full_scale(model, metric)
-            if u < _SATURATED:
-                reads[job].append((r, u))
+            if r is not None:
+                shares.setdefault(r, []).append(value / _full_scale(model, metric))
+        # Several metrics of one resource are averaged, as the fit's readings are
+        # (interplace.model._coldscale.isolated_log_readings), then the saturation rule applies.
+        means = {r: sum(u) / len(u) for r, u in shares.items()}
+        reads[job] = [(r, u) for r, u in sorted(means.items()) if u < _SATURATED]
     gap = _demand_gap(model)
     if model.components == 1:
         post = _with_rows(model.posterior, reads, len(model.resources), gap[0])
