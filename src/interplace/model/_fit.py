@@ -541,10 +541,11 @@ def fit(
         restarts = MIXTURE_RESTARTS if len(obs) + len(counters) <= MIXTURE_MAX_SIZE else 1
     temper = float(temper if temper is not None else MIXTURE_TEMPER if restarts > 1 else 1.0)
     tensors = _tensors(obs, counters, resources, dev)
-    fam_t, n_fam = None, 0
+    fam_t, n_fam, fam_idx = None, 0, None
     if families is not None:
         idx, n_fam = family_index(families)
         fam_t = torch.as_tensor(idx, device=dev)
+        fam_idx = np.where(idx < n_fam, idx, -1)  # index n_fam: no family
     start = time.perf_counter()
     runs: list[_Run] = []
     threads = torch.get_num_threads()
@@ -588,10 +589,10 @@ def fit(
     with_pairs = sorted({jobs[j] for j in obs.job.tolist()})
     gaps: dict[str, list[float]] = {}
     shifts: dict[str, list[float]] = {}
+    readings = isolated_log_readings(counters, len(jobs), resources)
     if cold_scale:
         warm = np.zeros(len(jobs), dtype=bool)
         warm[np.unique(obs.job)] = True
-        readings = isolated_log_readings(counters, len(jobs), resources)
         posterior, gaps, shifts = align_cold_demand(
             posterior, readings, warm, resources, restarts
         )
@@ -643,13 +644,9 @@ def fit(
 
     noise = structure.speed_noise()
     stage2 = time.perf_counter()
-    fam_idx = None
-    if families is not None:
-        idx, n_fam = family_index(families)
-        fam_idx = np.where(idx < n_fam, idx, -1)  # index n_fam: no family
     pairs, completion = measured_pairs(
         obs, structure.draws(MEASURED_DRAWS, seed), noise, hyper.measure_noise, seed=seed,
-        family=fam_idx, readings=isolated_log_readings(counters, len(jobs), resources),
+        family=fam_idx, readings=readings,
     )
     info["measured_pairs"] = 0 if pairs is None else len(pairs)
     info["completion"] = completion
