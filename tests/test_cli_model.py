@@ -415,6 +415,10 @@ def test_fit_and_evaluate_take_job_families(
         "model",
         "--steps",
         EVAL_STEPS,
+        # What is checked is how families pass through the commands: one restart each (the
+        # default mixture's restarts are tests/model/test_restarts.py's).
+        "--restarts",
+        "1",
         "--quiet",
     )
     assert (code, err) == (0, "")
@@ -434,6 +438,8 @@ def test_fit_and_evaluate_take_job_families(
         str(model),
         "--steps",
         STEPS,
+        "--restarts",
+        "1",
         "--quiet",
     )
     assert (code, err) == (0, "")
@@ -470,7 +476,8 @@ def test_fit_takes_rank_structure_only_and_no_cold_scale(
     model = tmp_path / "model"
     data = fitted.data
     inputs = ["--runs", str(data / "runs.csv"), "--samples", str(data / "samples.csv")]
-    flags = ["--rank", "0", "--structure-only", "--no-cold-scale", "--steps", STEPS, "--quiet"]
+    flags = ["--rank", "0", "--structure-only", "--no-cold-scale", "--steps", STEPS,
+             "--restarts", "1", "--quiet"]
     code, _, err = run(capsys, "fit", *inputs, "--out", str(model), *flags)
     assert (code, err) == (0, "")
     loaded = InterferenceModel.load(model)

@@ -197,15 +197,22 @@ def _random_draws(pair: bool, seed: int) -> dict[str, torch.Tensor]:
     return draws
 
 
+def _spread_targets(
+    pair: bool, seed: int
+) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+    """Random draws (seed 5), their pair speeds and targets spread 0.3 around them (``seed``)."""
+    draws = _random_draws(pair, seed=5)
+    base = pair_log_speed(draws)
+    g = torch.Generator().manual_seed(seed)
+    return draws, base, base + 0.3 * torch.randn(base.shape, generator=g, dtype=torch.float64)
+
+
 @pytest.mark.parametrize("pair", [False, True])
 def test_the_offsets_meet_every_reachable_target(pair: bool) -> None:
     # Targets spread around the structure's own pair speeds, some beyond either bound. A
     # reachable pair's offset must meet its target to the solver's tolerance (1e-10, with
     # room for summation order); an unreachable one sits at the bound on its side.
-    draws = _random_draws(pair, seed=5)
-    base = pair_log_speed(draws)
-    g = torch.Generator().manual_seed(6)
-    target = base + 0.3 * torch.randn(base.shape, generator=g, dtype=torch.float64)
+    draws, base, target = _spread_targets(pair, seed=6)
     target[0, 1] = pair_log_speed(draws, torch.full_like(base, -OFFSET_BOUND))[0, 1] + 0.5
     target[2, 3] = pair_log_speed(draws, torch.full_like(base, OFFSET_BOUND))[2, 3] - 0.5
     offset = _solve_offsets(draws, target)
@@ -218,6 +225,21 @@ def test_the_offsets_meet_every_reachable_target(pair: bool) -> None:
     assert float((reached - target)[ok].abs().max()) < 1e-9
     assert float(offset[0, 1]) == -OFFSET_BOUND
     assert float(offset[2, 3]) == OFFSET_BOUND
+
+
+@pytest.mark.parametrize("pair", [False, True])
+def test_offsets_solved_for_some_pairs_are_those_of_the_whole_grid(pair: bool) -> None:
+    # extended_pairs solves the new jobs' pairs only: each pair's root is its own, so a
+    # subset gives the whole grid's offsets there (to the solver's tolerance: the bisection
+    # sees the same values; only summation order may differ) and leaves the rest at 0.
+    draws, base, target = _spread_targets(pair, seed=7)
+    full = _solve_offsets(draws, target)
+    cells = torch.tensor([1, 7, 8, int(base.numel()) - 1])
+    some = _solve_offsets(draws, target, cells=cells)
+    assert torch.allclose(some.reshape(-1)[cells], full.reshape(-1)[cells], rtol=0, atol=1e-8)
+    rest = torch.ones(base.numel(), dtype=torch.bool)
+    rest[cells] = False
+    assert bool((some.reshape(-1)[rest] == 0).all())
 
 
 def test_measured_cells_skip_runs_of_three_and_cross_device_pairs() -> None:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from interplace.cli import main
 from interplace.errors import InputError
 from interplace.model import InterferenceModel, Query
+from interplace.model._cells import OFFSET_BOUND, pair_log_speed
+from interplace.model._fit import MEASURED_DRAWS
 from interplace.placement import Job, MeasuredSpeeds, place, score
 from interplace.placement._cold import with_cold_jobs
 from interplace.topology import builtin
@@ -80,9 +85,114 @@ def test_cli_reads_counter_columns(
 
 def test_cold_jobs_keep_the_measured_pairs(small_model: InterferenceModel) -> None:
     m2 = with_cold_jobs(small_model, {"new": {"gpu_util_pct": 80.0}})
-    assert m2.measured is small_model.measured
+    old, grown = small_model.measured, m2.measured
+    assert old is not None and grown is not None
+    n = len(small_model.jobs)
+    for name in ("job", "co", "log_speed", "n"):
+        assert np.array_equal(getattr(grown, name), getattr(old, name))
+    assert (grown.scale, grown.noise) == (old.scale, old.noise)
+    assert np.array_equal(grown.expected[:n, :n], old.expected)
+    assert np.array_equal(grown.offset[:n, :n], old.offset)
+    assert grown.expected.shape == (n + 1, n + 1)
     p = m2.posterior_speed([Query("new", ("job0",)), Query("job0", ("new",))], seed=0)
     assert bool(torch.isfinite(p.speed).all())
+
+
+@pytest.fixture(scope="module")
+def eight() -> InterferenceModel:
+    """Eight synthetic jobs, each measured next to every other; a two-component mixture."""
+    from interplace.datasets import synthetic
+    from interplace.model import fit
+
+    data = synthetic(8, seed=1, samples_per_run=4)
+    return fit(data, seed=3, steps=300, min_steps=300, restarts=2, workers=2)
+
+
+def _fitted_effects(model: InterferenceModel) -> np.ndarray:
+    """The second stage's effects, rebuilt as the fit computed them: the structure's mean
+    log speed of each pair from the stage's own draws, then the conjugate update."""
+    m = model.measured
+    assert m is not None
+    structure = dataclasses.replace(model, measured=None)
+    mu = pair_log_speed(structure.draws(MEASURED_DRAWS, model.info["seed"])).numpy()
+    effect = m.expected.copy()
+    effect[m.job, m.co] += m.weight() * (m.log_speed - mu[m.job, m.co] - m.expected[m.job, m.co])
+    return effect
+
+
+def _nearest(model: InterferenceModel, shares: dict[str, float], k: int) -> list[int]:
+    """The ``k`` fitted jobs nearest to readings ``shares`` (resource -> share of full
+    scale), worked out independently of the library: log readings, each resource
+    standardised over the fitted jobs, mean squared difference, ties to the lower index."""
+    rec = model.info["isolated_readings"]
+    res = [r for r in shares if all(r in rec[j] for j in model.jobs)]
+    x = np.array([[rec[j][r] for r in res] for j in model.jobs])
+    z = (x - x.mean(0)) / x.std(0)
+    z_new = (np.log([shares[r] for r in res]) - x.mean(0)) / x.std(0)
+    dist = ((z - z_new) ** 2).mean(1)
+    return sorted(range(len(dist)), key=lambda j: (dist[j], j))[:k]
+
+
+def test_a_new_job_borrows_the_effects_of_its_nearest_fitted_jobs(
+    eight: InterferenceModel,
+) -> None:
+    # Every fitted job is measured on both sides, so the new job's row is the mean of its
+    # five nearest jobs' rows of effects, its column the mean of their columns, and its
+    # effect on itself the mean of the block between them (rows first, then columns):
+    # interplace.model._cells.borrowed_effects, as the fit's own cold jobs get.
+    grown = with_cold_jobs(eight, {"new": {"gpu_util_pct": 55.0, "mem_util_pct": 20.0}})
+    m = grown.measured
+    assert m is not None and grown.info["cold_jobs_borrowing"] == ["new"]
+    effect = _fitted_effects(eight)
+    near = _nearest(eight, {"gpu_compute": 0.55, "gpu_membw": 0.20}, 5)
+    n = len(eight.jobs)
+    np.testing.assert_allclose(m.expected[n, :n], effect[near].mean(0), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(m.expected[:n, n], effect[:, near].mean(1), rtol=0, atol=1e-12)
+    assert m.expected[n, n] == pytest.approx(effect[np.ix_(near, near)].mean(), abs=1e-12)
+    # The offsets put the structure's mean log speed of each new pair, under the grown
+    # model's own stage draws, at its prediction plus that effect (the bracketed solve).
+    draws = dataclasses.replace(grown, measured=None).draws(MEASURED_DRAWS, eight.info["seed"])
+    target = pair_log_speed(draws) + torch.as_tensor(m.expected)
+    met = pair_log_speed(draws, torch.as_tensor(m.offset)) - target
+    reachable = m.offset[n].__abs__() < OFFSET_BOUND
+    assert float(met[n][torch.as_tensor(reachable)].abs().max()) < 1e-8
+    assert grown.info["isolated_readings"]["new"] == pytest.approx(
+        {"gpu_compute": math.log(0.55), "gpu_membw": math.log(0.20)}
+    )
+
+
+def test_jobs_added_one_call_at_a_time_borrow_what_they_would_together(
+    eight: InterferenceModel, tmp_path: Path,
+) -> None:
+    a = {"gpu_util_pct": 90.0, "mem_util_pct": 70.0}
+    b = {"gpu_util_pct": 10.0}
+    both = with_cold_jobs(eight, {"a": a, "b": b})
+    # Saved and loaded in between: the grown pairs and the added readings travel with it.
+    first = InterferenceModel.load(with_cold_jobs(eight, {"a": a}).save(tmp_path / "m"))
+    again = with_cold_jobs(first, {"b": b})
+    assert again.jobs == both.jobs and again.info["cold_jobs_borrowing"] == ["a", "b"]
+    assert again.measured is not None and both.measured is not None
+    # The completion depends only on the fit and the readings; the offsets of the later job
+    # are solved under other draws (the grown model's), so they agree to Monte Carlo error.
+    np.testing.assert_allclose(again.measured.expected, both.measured.expected, atol=1e-12)
+
+
+def test_a_model_without_recorded_readings_adds_jobs_without_borrowing(
+    eight: InterferenceModel,
+) -> None:
+    info = {k: v for k, v in eight.info.items() if k != "isolated_readings"}
+    old = dataclasses.replace(eight, info=info)
+    grown = with_cold_jobs(old, {"new": {"gpu_util_pct": 55.0}})
+    assert grown.measured is eight.measured  # padded with zeros when predicting
+    assert "cold_jobs_borrowing" not in grown.info
+    for bad, message in (
+        ("x", "is not a job -> readings map"),
+        ({"job0": [1.0]}, r"\['job0'\] is not a map"),
+        ({"job0": {"gpu_compute": "1"}}, r"\['gpu_compute'\] is not a number"),
+    ):
+        broken = dataclasses.replace(eight, info={**info, "isolated_readings": bad})
+        with pytest.raises(InputError, match=message):
+            with_cold_jobs(broken, {"new": {"gpu_util_pct": 55.0}})
 
 
 def test_metrics_of_one_resource_are_averaged(small_model: InterferenceModel) -> None:

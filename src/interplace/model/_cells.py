@@ -45,7 +45,9 @@ of co-runner :math:`k`, rows first, then columns,
 
 (:func:`borrowed_effects`). Jobs alike in family or counters fare alike against a co-runner
 (the interaction a tree ensemble learns from both jobs' features); measured on Lucid's
-cold-start splits, ``docs/benchmarks.md``.
+cold-start splits, ``docs/benchmarks.md``. A job added after the fit from its counters
+(:func:`~interplace.placement._cold.with_cold_jobs`) borrows the same way from the fitted
+jobs' effects, rebuilt from the stage's own draws (:func:`extended_pairs`).
 
 *Offsets, not additions.* The effect does not enter the speed as a term: it sets a pressure
 offset :math:`c_{jk}`, which scales co-runner ``k``'s pressure on ``j`` by :math:`e^{c_{jk}}`
@@ -95,6 +97,7 @@ __all__ = [
     "borrowed_effects",
     "borrowed_mates",
     "complete_effects",
+    "extended_pairs",
     "measured_cells",
     "measured_pairs",
     "pair_log_speed",
@@ -120,7 +123,9 @@ class MeasuredPairs:
     :math:`\sigma_m`, the measurement noise (both on the log scale, > 0); ``expected``:
     ``(J0, J0)`` the completion :math:`m_{jk}` among the ``J0`` jobs fitted; ``offset``:
     ``(J0, J0)`` the pressure offsets :math:`c_{jk}` in
-    ``[-OFFSET_BOUND, OFFSET_BOUND]``. Jobs added after the fit (cold start) get zeros.
+    ``[-OFFSET_BOUND, OFFSET_BOUND]``. Jobs added after the fit (placement-time cold start)
+    get rows and columns of their own where the fit recorded its jobs' isolated readings
+    (:func:`extended_pairs`, so ``J0`` may exceed the fitted jobs), and zeros otherwise.
     """
 
     job: _IntArray
@@ -429,13 +434,37 @@ def _mean_log_speed(
     return (-torch.log1p(sens_j * excess).sum(-1) + bias).mean(0), arg, excess
 
 
+def _gather(
+    terms: tuple[torch.Tensor, ...], cells: torch.Tensor, n_jobs: int
+) -> tuple[torch.Tensor, ...]:
+    """:func:`_pair_terms` gathered to ``A`` pairs, flat indices ``cells`` (``(A,)``,
+    ``j * J + k``), in :func:`_mean_log_speed`'s argument order (less the load): the job's
+    pressure, the co-runner's (times :math:`e^{z_{jk}}`), the threshold, the job's
+    sensitivity and own excess, each ``(S, A, R)`` (the threshold ``(S, 1, R)``), and the
+    bias ``(S, A)``. Only the pairs asked for are built, never the whole grid."""
+    press_j, co_press, sens_j, th, bias, base = terms
+    j_of = torch.div(cells, n_jobs, rounding_mode="floor")
+    k_of = cells - j_of * n_jobs
+    row = j_of if co_press.shape[-3] > 1 else torch.zeros_like(j_of)  # pair term or not
+    return (
+        press_j.squeeze(-2).index_select(1, j_of),
+        co_press[:, row, k_of, :],
+        th.reshape(th.shape[0], 1, th.shape[-1]),
+        sens_j.squeeze(-2).index_select(1, j_of),
+        base.squeeze(-2).index_select(1, j_of),
+        bias.squeeze(-1).index_select(1, j_of),
+    )
+
+
 def _solve_offsets(
     draws: Mapping[str, torch.Tensor], target: torch.Tensor, *, tol: float = 1e-10,
     max_iters: int = 60, terms: tuple[torch.Tensor, ...] | None = None,
+    cells: torch.Tensor | None = None,
 ) -> torch.Tensor:
     r"""Offsets ``(J, J)`` at which :func:`pair_log_speed` meets ``target`` (the bound where it
     cannot: above the speed alone, ``-OFFSET_BOUND``; below the fully loaded speed,
-    ``+OFFSET_BOUND``).
+    ``+OFFSET_BOUND``); ``cells``: the flat indices ``j * J + k`` of the pairs to solve
+    (``(A,)``; None: every pair), the others left at 0.
 
     The mean log speed :math:`f(c)` is smooth and decreasing in the offset, so the root is
     bracketed in ``[-OFFSET_BOUND, OFFSET_BOUND]``: 8 bisection steps narrow the bracket to
@@ -448,17 +477,20 @@ def _solve_offsets(
     (:math:`q_r`: the co-runner's pressure times :math:`e^{z_{jk}}`), fall back to bisection
     whenever a step leaves the bracket, until :math:`|f - \text{target}| \le` ``tol`` on
     every reachable pair. A plain bisection to the same accuracy took 40 evaluations of
-    :func:`pair_log_speed`; this takes 10 of the whole grid and Newton steps on the pairs not
-    yet met only. ``terms``: as for :func:`pair_log_speed`.
+    :func:`pair_log_speed`; this takes 10 of the pairs asked for and Newton steps on the
+    pairs not yet met only. ``terms``: as for :func:`pair_log_speed`.
     """
     terms = _pair_terms(draws) if terms is None else terms
-    press_j, co_press, sens_j, th, bias, base = terms
+    n_jobs = target.shape[-1]
+    cells = torch.arange(n_jobs * n_jobs) if cells is None else cells.to(torch.int64)
+    p_j, q, th_r, s_j, b_j, bias_j = _gather(terms, cells, n_jobs)
+    t = target.reshape(-1).index_select(0, cells)
 
     def f(c: torch.Tensor) -> torch.Tensor:
-        return pair_log_speed(draws, c, terms=terms) - target
+        return _mean_log_speed(p_j, q * c.exp().unsqueeze(-1), th_r, s_j, b_j, bias_j)[0] - t
 
-    lo = torch.full_like(target, -OFFSET_BOUND)
-    hi = torch.full_like(target, OFFSET_BOUND)
+    lo = torch.full_like(t, -OFFSET_BOUND)
+    hi = torch.full_like(t, OFFSET_BOUND)
     below = f(lo) <= 0  # even with the co-runner's pressure off: too slow (or exactly met)
     above = f(hi) >= 0  # even with it beyond any capacity: too fast
     for _ in range(8):
@@ -469,22 +501,10 @@ def _solve_offsets(
     x = 0.5 * (lo + hi)
     # Newton steps on the pairs still open only: each pair's iterates are its own, so pairs
     # that have met the target leave the set (most do within three steps) and the rest cost
-    # what they are, not the whole J x J grid.
-    n_jobs = target.shape[-1]
-    active = torch.nonzero(~(below | above).reshape(-1)).squeeze(-1)
-    j_of = torch.div(active, n_jobs, rounding_mode="floor")
-    s_draws, n_res = co_press.shape[0], co_press.shape[-1]
-    # (co_press is (S, 1, J, R) without a pair term: expanded to every (j, k) first)
-    q = co_press.expand(s_draws, n_jobs, n_jobs, n_res).reshape(s_draws, -1, n_res)
-    q = q.index_select(1, active)
-    p_j = press_j.squeeze(-2).index_select(1, j_of)
-    s_j = sens_j.squeeze(-2).index_select(1, j_of)
-    b_j = base.squeeze(-2).index_select(1, j_of)
-    bias_j = bias.squeeze(-1).index_select(1, j_of)
-    th_r = th.reshape(s_draws, 1, n_res)
-    flat_x, flat_lo, flat_hi = x.reshape(-1).clone(), lo.reshape(-1), hi.reshape(-1)
-    xa, loa, hia = flat_x[active], flat_lo[active], flat_hi[active]
-    ta = target.reshape(-1)[active]
+    # what they are, not every pair asked for.
+    active = torch.nonzero(~(below | above)).squeeze(-1)
+    q, p_j, s_j, b_j, bias_j = (v.index_select(1, active) for v in (q, p_j, s_j, b_j, bias_j))
+    xa, loa, hia, ta = x[active], lo[active], hi[active], t[active]
     for _ in range(max_iters):
         if active.numel() == 0:
             break
@@ -493,7 +513,7 @@ def _solve_offsets(
         value = value - ta
         slope = -(s_j * torch.sigmoid(KAPPA * arg) * load / (1.0 + s_j * excess)).sum(-1).mean(0)
         done = value.abs() <= tol
-        flat_x[active] = xa
+        x[active] = xa
         if bool(done.all()):
             break
         keep = ~done
@@ -508,10 +528,20 @@ def _solve_offsets(
         inside = torch.isfinite(step) & (step > loa) & (step < hia)
         xa = torch.where(inside, step, 0.5 * (loa + hia))
     else:
-        flat_x[active] = xa
-    x = flat_x.reshape(target.shape)
+        x[active] = xa
     x = torch.where(below, -OFFSET_BOUND, x)
-    return torch.where(above & ~below, OFFSET_BOUND, x)
+    x = torch.where(above & ~below, OFFSET_BOUND, x)
+    out = torch.zeros(n_jobs * n_jobs, dtype=x.dtype)
+    out[cells] = x
+    return out.reshape(target.shape)
+
+
+def _cells_log_speed(
+    draws: Mapping[str, torch.Tensor], cells: torch.Tensor, n_jobs: int
+) -> torch.Tensor:
+    """:func:`pair_log_speed` without offsets at flat indices ``cells`` only, ``(A,)``."""
+    p_j, q, th_r, s_j, b_j, bias_j = _gather(_pair_terms(draws), cells, n_jobs)
+    return _mean_log_speed(p_j, q, th_r, s_j, b_j, bias_j)[0]
 
 
 def measured_pairs(
@@ -570,6 +600,68 @@ def measured_pairs(
         noise=float(measure_noise), expected=expected, offset=offset.numpy(),
     )
     return pairs, info
+
+
+def extended_pairs(
+    pairs: MeasuredPairs,
+    fit_draws: Mapping[str, torch.Tensor],
+    draws: Mapping[str, torch.Tensor],
+    *,
+    family: _IntArray | None = None,
+    readings: _FloatArray | None = None,
+) -> tuple[MeasuredPairs, list[int]]:
+    r"""``pairs`` extended to jobs added after the fit (placement-time cold start): each added
+    job borrows its row and column of effects as the fit's own cold jobs do (module docstring,
+    *Borrowed effects*), and its offsets are solved against ``draws``.
+
+    ``fit_draws``: the second stage's draws of the ``J0`` fitted jobs (``(S, ...)`` each, as
+    the fit took them), from which the measured pairs' effects :math:`\hat\delta_{jk}` are
+    rebuilt (the structure's mean log speed of each pair and the conjugate update);
+    ``draws``: draws of all ``J`` jobs, the added ones last. ``family``: ``(J,)`` family
+    indices (negative: none); ``readings``: ``(J, R)`` log isolated readings (NaN: none).
+    The ``J1 x J1`` block ``pairs`` already holds (``J0 <= J1 <= J``) keeps its completion
+    and offsets; the rows and columns of jobs ``J1..J-1`` get the borrowed effects
+    (:func:`borrowed_effects`) as their completion and the offsets that meet the structure's
+    mean log speed under ``draws`` plus that effect. Returns the pairs, ``(J, J)``, and the
+    indices of the added jobs that borrowed (a job with neither a family nor a reading
+    borrows nothing, and keeps the structure's prediction: zero effect).
+    """
+    n_fit = fit_draws["log_demand"].shape[-2]
+    n_all = draws["log_demand"].shape[-2]
+    n_old = pairs.expected.shape[0]
+    if not n_fit <= n_old <= n_all:
+        raise InputError(
+            f"measured pairs cover {n_old} jobs: not between the fit's {n_fit} and {n_all}"
+        )
+    if n_old == n_all:
+        return pairs, []
+    effect = np.zeros((n_all, n_all))
+    effect[:n_fit, :n_fit] = pairs.expected[:n_fit, :n_fit]
+    if len(pairs):
+        j, k = pairs.job, pairs.co
+        mu = _cells_log_speed(fit_draws, torch.as_tensor(j * n_fit + k), n_fit).numpy()
+        effect[j, k] += pairs.weight() * (pairs.log_speed - mu - effect[j, k])
+    borrowed, _, _ = borrowed_effects(effect, pairs.job, pairs.co, family, readings)
+    sides = []
+    for side in (pairs.job, pairs.co):
+        seen = np.zeros(n_all, dtype=bool)
+        seen[side] = True
+        sides.append(borrowed_mates(seen, family, readings))
+    lent = [i for i in range(n_old, n_all) if any(m[i] is not None for m in sides)]
+    expected = borrowed.copy()
+    expected[:n_old, :n_old] = pairs.expected
+    grid = np.arange(n_all * n_all).reshape(n_all, n_all)
+    cells = torch.as_tensor(np.setdiff1d(grid, grid[:n_old, :n_old]))  # new rows, columns
+    target = torch.zeros(n_all * n_all, dtype=torch.float64)
+    target[cells] = _cells_log_speed(draws, cells, n_all) + torch.as_tensor(expected).reshape(
+        -1
+    )[cells]
+    offset = _solve_offsets(draws, target.reshape(n_all, n_all), cells=cells).numpy()
+    offset[:n_old, :n_old] = pairs.offset
+    return MeasuredPairs(
+        job=pairs.job, co=pairs.co, log_speed=pairs.log_speed, n=pairs.n, scale=pairs.scale,
+        noise=pairs.noise, expected=expected, offset=offset,
+    ), lent
 
 
 def spread_draws(

@@ -36,15 +36,24 @@ they are observed as a victim in some co-located run (``info["jobs_with_pairs"]`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
+from interplace.errors import InputError
 from interplace.model._data import Counters
 
-__all__ = ["MIN_READING", "MIN_WARM_JOBS", "align_cold_demand", "isolated_log_readings"]
+__all__ = [
+    "MIN_READING",
+    "MIN_WARM_JOBS",
+    "align_cold_demand",
+    "isolated_log_readings",
+    "readings_array",
+    "readings_map",
+]
 
 MIN_WARM_JOBS = 5
 """The fewest warm jobs with a reading of a resource for :func:`align_cold_demand` to move the
@@ -83,6 +92,58 @@ def isolated_log_readings(
         mean = total / count
         out = np.log(mean)
     out[~(mean > 0)] = np.nan
+    return out
+
+
+def readings_map(
+    readings: np.ndarray[Any, np.dtype[np.float64]], jobs: Sequence[str],
+    resources: Sequence[str],
+) -> dict[str, dict[str, float]]:
+    """:func:`isolated_log_readings` as ``{job: {resource: log reading}}``, finite readings
+    only (the form ``info["isolated_readings"]`` keeps them in, for jobs added later to find
+    their nearest fitted jobs; :func:`readings_array` reads it back).
+
+    >>> readings_map(np.array([[0.0, np.nan], [np.nan, np.nan]]), ["a", "b"], ["x", "y"])
+    {'a': {'x': 0.0}}
+    """
+    out: dict[str, dict[str, float]] = {}
+    for j, job in enumerate(jobs):
+        row = {r: float(readings[j, i]) for i, r in enumerate(resources)
+               if math.isfinite(float(readings[j, i]))}
+        if row:
+            out[job] = row
+    return out
+
+
+def readings_array(
+    recorded: object, jobs: Sequence[str], resources: Sequence[str]
+) -> np.ndarray[Any, np.dtype[np.float64]] | None:
+    """``(J, R)`` log readings from a :func:`readings_map` (NaN where none), or None when
+    ``recorded`` is None (a model fitted before the readings were kept); anything else that
+    is not such a map is refused with a one-line error.
+
+    >>> readings_array({"a": {"x": 0.5}}, ["a", "b"], ["x", "y"]).tolist()
+    [[0.5, nan], [nan, nan]]
+    """
+    if recorded is None:
+        return None
+    if not isinstance(recorded, Mapping):
+        raise InputError("this model's info['isolated_readings'] is not a job -> readings map")
+    out = np.full((len(jobs), len(resources)), np.nan)
+    index = {r: i for i, r in enumerate(resources)}
+    for j, job in enumerate(jobs):
+        row = recorded.get(job, {})
+        if not isinstance(row, Mapping):
+            raise InputError(f"this model's info['isolated_readings'][{job!r}] is not a map")
+        for name, value in row.items():
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(
+                value
+            ):
+                raise InputError(
+                    f"this model's info['isolated_readings'][{job!r}][{name!r}] is not a number"
+                )
+            if name in index:
+                out[j, index[name]] = float(value)
     return out
 
 

@@ -25,7 +25,7 @@ from interplace._parallel import spawn_map
 from interplace.datasets.runs import CoLocationData
 from interplace.errors import InputError
 from interplace.model._cells import measured_pairs
-from interplace.model._coldscale import align_cold_demand, isolated_log_readings
+from interplace.model._coldscale import align_cold_demand, isolated_log_readings, readings_map
 from interplace.model._data import (
     DEFAULT_RESOURCES,
     METRIC_RESOURCE,
@@ -442,8 +442,10 @@ def fit(
     its interval. A job never measured on one side of a pair (as victim, as co-runner)
     borrows that side's effects from its family's measured members, or else from the five
     measured jobs nearest by isolated counters (``info["completion"]["borrowed_rows"]`` and
-    ``["borrowed_columns"]`` count them). False keeps the structure alone (the model before
-    version 5).
+    ``["borrowed_columns"]`` count them). ``info["isolated_readings"]`` keeps each job's log
+    isolated readings per resource, so that a job added later from its counters
+    (:func:`~interplace.placement._cold.with_cold_jobs`) finds its nearest fitted jobs and
+    borrows the same way. False keeps the structure alone (the model before version 5).
 
     ``restarts`` :math:`K` runs the SVI above :math:`K` times, the first from ``seed`` and the
     others from seeds hashed from ``(seed, k)`` (:func:`restart_seed`; each its own
@@ -623,6 +625,7 @@ def fit(
         "cold_scale": cold_scale,
         "demand_gap": gaps,
         "cold_demand_shift": shifts,
+        "isolated_readings": readings_map(readings, jobs, resources),
     }
     structure = InterferenceModel(
         jobs=jobs,

@@ -37,17 +37,38 @@ from the new job; with one isolated run it has nothing else to teach). A saturat
 population's prior. The sensitivity then follows the model's regression on demand, which is
 what makes the cold prediction depend on the counters. A mixture posterior (a fit with
 ``restarts``) gives the new job these rows in each component, from that component's hats.
+
+*Pair corrections.* A fitted model's second stage (:mod:`interplace.model._cells`) corrects
+each pair the structure misfits; a fitted job never measured co-located borrows its
+corrections from the measured jobs nearest to it by isolated counters. A new job does the
+same here: its row of prior mean effects is the mean of the rows of the
+:data:`~interplace.model._cells.NEIGHBOURS` fitted jobs measured as victims nearest to its
+readings (log shares of full scale, each resource standardised over those jobs), its column
+likewise over the jobs measured as co-runners, and its pressure offsets are solved so that
+the structure's mean log speed of each new pair moves by that effect
+(:func:`~interplace.model._cells.extended_pairs`). The measured jobs' effects are rebuilt from
+the stage's own draws (the fit's seed), so the result is what the fit would have given the
+job had it known its counters and nothing else of it, and adding jobs in one call or one at a
+time borrows the same. A model fitted before ``info["isolated_readings"]`` was kept adds the
+jobs without corrections. Measured on Lucid's cold-start splits with the cold jobs left out
+of the fit (``benchmarks/cold_placement.py``, ``docs/benchmarks.md``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 
+import numpy as np
 import torch
 
 from interplace.errors import InputError
 from interplace.model import METRIC_FULL_SCALE, METRIC_RESOURCE, InterferenceModel
+from interplace.model._cells import extended_pairs
+from interplace.model._coldscale import readings_array
+from interplace.model._data import family_index
+from interplace.model._fit import MEASURED_DRAWS
 
 __all__ = ["COLD_SITES", "with_cold_jobs"]
 
@@ -97,6 +118,7 @@ def with_cold_jobs(
     res_index = {r: i for i, r in enumerate(model.resources)}
     # Each new job's usable readings: (resource index, share of full scale below saturation).
     reads: dict[str, list[tuple[int, float]]] = {}
+    logs: dict[str, dict[str, float]] = {}  # log readings, saturated ones too (for mates)
     for job, readings in counters.items():
         if not isinstance(job, str) or not job.strip() or job != job.strip():
             raise InputError(f"cold job names must be non-empty names, not {job!r}")
@@ -116,6 +138,7 @@ def with_cold_jobs(
         # (interplace.model._coldscale.isolated_log_readings), then the saturation rule applies.
         means = {r: sum(u) / len(u) for r, u in shares.items()}
         reads[job] = [(r, u) for r, u in sorted(means.items()) if u < _SATURATED]
+        logs[job] = {model.resources[r]: math.log(u) for r, u in sorted(means.items()) if u > 0}
     gap = _demand_gap(model)
     if model.components == 1:
         post = _with_rows(model.posterior, reads, len(model.resources), gap[0])
@@ -135,7 +158,7 @@ def with_cold_jobs(
     families = None if model.families is None else (*model.families, *([None] * len(names)))
     info = dict(model.info)
     info["cold_jobs"] = [*info.get("cold_jobs", []), *names]
-    return InterferenceModel(
+    grown = InterferenceModel(
         jobs=(*model.jobs, *names),
         resources=model.resources,
         metrics=model.metrics,
@@ -146,6 +169,67 @@ def with_cold_jobs(
         families=families,
         measured=model.measured,
         components=model.components,
+    )
+    return _with_borrowed_effects(model, grown, logs)
+
+
+def _with_borrowed_effects(
+    model: InterferenceModel, grown: InterferenceModel, logs: Mapping[str, Mapping[str, float]]
+) -> InterferenceModel:
+    """``grown`` (``model`` with the new jobs of ``logs`` added) with the second stage's
+    pairs extended to them: each borrows its effects from the five fitted jobs nearest by
+    isolated readings (module docstring; :func:`~interplace.model._cells.extended_pairs`).
+
+    ``logs``: each new job's log readings per resource name. A model without measured pairs,
+    or fitted before ``info["isolated_readings"]`` was kept, is returned as ``grown`` (the new
+    jobs keep the structure's prediction)."""
+    recorded = model.info.get("isolated_readings")
+    old = readings_array(recorded, model.jobs, model.resources)
+    if model.measured is None or old is None:
+        return grown
+    seed = model.info.get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise InputError(f"this model's info['seed'] is not an integer: {seed!r}")
+    added = model.info.get("cold_jobs", [])
+    if not isinstance(added, list) or not set(added) <= set(model.jobs):
+        raise InputError("this model's info['cold_jobs'] does not name jobs of the model")
+    n_fit = len(model.jobs) - len(added)
+    new = readings_array(logs, list(logs), model.resources)
+    assert new is not None
+    family = None
+    if grown.families is not None:
+        idx, n_fam = family_index(grown.families)
+        family = np.where(idx < n_fam, idx, -1)
+    plain = dataclasses.replace(grown, measured=None)
+    pairs, lent = extended_pairs(
+        model.measured,
+        _first_jobs(plain, n_fit).draws(MEASURED_DRAWS, seed),
+        plain.draws(MEASURED_DRAWS, seed),
+        family=family,
+        readings=np.vstack([old, new]),
+    )
+    info = dict(grown.info)
+    kept = dict(recorded) if isinstance(recorded, Mapping) else {}
+    info["isolated_readings"] = {**kept, **{j: dict(r) for j, r in logs.items() if r}}
+    info["cold_jobs_borrowing"] = [
+        *info.get("cold_jobs_borrowing", []), *(grown.jobs[i] for i in lent)
+    ]
+    return dataclasses.replace(grown, measured=pairs, info=info)
+
+
+def _first_jobs(model: InterferenceModel, n: int) -> InterferenceModel:
+    """``model`` cut to its first ``n`` jobs (the fitted ones, before any added later)."""
+    if n == len(model.jobs):
+        return model
+    lead = 1 if model.components > 1 else 0
+    post = {
+        name: (loc.narrow(lead, 0, n), scale.narrow(lead, 0, n))
+        if name in COLD_SITES else (loc, scale)
+        for name, (loc, scale) in model.posterior.items()
+    }
+    families = None if model.families is None else model.families[:n]
+    return dataclasses.replace(
+        model, jobs=model.jobs[:n], posterior=post, families=families, measured=None
     )
 
 
