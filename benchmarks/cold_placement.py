@@ -1,7 +1,7 @@
 """Cold start at placement time on Lucid: jobs the fit never saw, added from their counters.
 
 Run: ``python benchmarks/cold_placement.py [--lucid ../shared/datasets/lucid] [--seeds 0 1 2]
-[--cold-jobs 8] [--workers 2] [--in-fit] [--out results.json]``
+[--cold-jobs 8] [--family model] [--workers 2] [--in-fit] [--out results.json]``
 
 A scheduler meets job types its model was never fitted on and reads their counters from a
 short isolated run; ``interplace.placement`` adds them to the fitted model without a refit
@@ -17,7 +17,12 @@ coverage) two ways on that one fit:
 - ``plain``: the same model with ``info["isolated_readings"]`` removed, which is how a model
   fitted before those readings were kept adds jobs: the structure's prediction alone.
 
-It also times each ``with_cold_jobs`` call (median of 5; both on the same machine, same run).
+With ``--family COLUMN`` the fits take job families from that column of the runs (Lucid's
+``model``: the network a job trains) and each cold job is added with its family
+(``with_cold_jobs(families=...)``, what ``place`` passes for a job's ``family``): its prior
+starts from the family's effect and it borrows from the family's measured members;
+``no_family`` scores the same fit with the cold jobs added from their counters alone. Each
+``with_cold_jobs`` call is timed (median of 5; both ways on the same machine, same run).
 ``--in-fit`` adds the fit of ``evaluate``'s cold-start split, which sees the cold jobs'
 isolated runs (one more fit per seed), for context. Lucid's licence is non-commercial: it
 is read from ``--lucid`` and the script exits with a message when it is absent.
@@ -53,11 +58,14 @@ def _score(model: InterferenceModel, test: Any, seed: int) -> dict[str, float]:
     }
 
 
-def _timed(model: InterferenceModel, counters: dict[str, dict[str, float]]) -> float:
+def _timed(
+    model: InterferenceModel, counters: dict[str, dict[str, float]],
+    families: dict[str, str] | None,
+) -> float:
     times = []
     for _ in range(5):
         start = time.perf_counter()
-        with_cold_jobs(model, counters)
+        with_cold_jobs(model, counters, families)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -67,6 +75,7 @@ def main() -> None:
     ap.add_argument("--lucid", type=Path, default=Path("../shared/datasets/lucid"))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--cold-jobs", type=int, default=8)
+    ap.add_argument("--family", default=None, help="runs column of job families (default none)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--in-fit", action="store_true")
     ap.add_argument("--out", type=Path)
@@ -81,28 +90,36 @@ def main() -> None:
         touched = set(runs.loc[runs["job"].isin(cold), "run_id"].astype(str))
         keep = set(runs["run_id"].astype(str)) - touched
         warm_only = subset_runs(train, keep, f"{train.name}, cold jobs removed")
-        model = fit(warm_only, seed=seed, workers=args.workers)
+        model = fit(warm_only, seed=seed, family=args.family, workers=args.workers)
         solo = solo_counters(train)
         counters = {
             job: {m: float(v) for m, v in solo.loc[job].items()
                   if m in METRIC_RESOURCE and np.isfinite(v)}
             for job in cold
         }
+        families = None
+        if args.family is not None:
+            of = runs.loc[runs["job"].isin(cold)].groupby("job")[args.family].first()
+            families = {job: str(f) for job, f in of.items()}
         info = {k: v for k, v in model.info.items() if k != "isolated_readings"}
         plain_model = dataclasses.replace(model, info=info)
-        grown = with_cold_jobs(model, counters)
+        grown = with_cold_jobs(model, counters, families)
         row: dict[str, Any] = {
-            "seed": seed, "cold_jobs": cold, "test_rows": len(test),
+            "seed": seed, "family": args.family, "cold_jobs": cold, "test_rows": len(test),
+            "cold_families": families,
             "fit_jobs": len(model.jobs), "fit_seconds": model.info["fit_seconds"],
             "borrowing": grown.info.get("cold_jobs_borrowing", []),
             "borrowed": _score(grown, test, seed),
-            "plain": _score(with_cold_jobs(plain_model, counters), test, seed),
-            "add_seconds_borrowed": _timed(model, counters),
-            "add_seconds_plain": _timed(plain_model, counters),
+            "plain": _score(with_cold_jobs(plain_model, counters, families), test, seed),
+            "add_seconds_borrowed": _timed(model, counters, families),
+            "add_seconds_plain": _timed(plain_model, counters, families),
         }
         row["ratio"] = row["borrowed"]["mae"] / row["plain"]["mae"]
+        if families is not None:
+            row["no_family"] = _score(with_cold_jobs(model, counters), test, seed)
         if args.in_fit:
-            row["in_fit"] = _score(fit(train, seed=seed, workers=args.workers), test, seed)
+            in_fit = fit(train, seed=seed, family=args.family, workers=args.workers)
+            row["in_fit"] = _score(in_fit, test, seed)
         print(json.dumps(row), flush=True)
         rows.append(row)
 
@@ -117,6 +134,7 @@ def main() -> None:
 
     summary: dict[str, Any] = {
         "seeds": args.seeds,
+        "family": args.family,
         "borrowed_mae": median(("borrowed", "mae")),
         "plain_mae": median(("plain", "mae")),
         "ratio": median(("ratio",)),
@@ -127,6 +145,11 @@ def main() -> None:
         "add_seconds_borrowed": median(("add_seconds_borrowed",)),
         "add_seconds_plain": median(("add_seconds_plain",)),
     }
+    if args.family is not None:
+        summary["no_family_mae"] = median(("no_family", "mae"))
+        summary["family_ratio"] = statistics.median(
+            r["borrowed"]["mae"] / r["no_family"]["mae"] for r in rows
+        )
     if args.in_fit:
         summary["in_fit_mae"] = median(("in_fit", "mae"))
         summary["in_fit_coverage"] = median(("in_fit", "coverage_90"))

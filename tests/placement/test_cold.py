@@ -235,3 +235,84 @@ def test_cold_jobs_join_every_component_of_a_mixture() -> None:
     assert torch.allclose(loc[:, -1, gpu], torch.full((3,), math.log(0.5), dtype=loc.dtype))
     p = m.posterior_speed([Query("new", ("job0",))], num_samples=30)
     assert bool((p.mean > 0).all())
+
+
+@pytest.fixture(scope="module")
+def families_model() -> InterferenceModel:
+    """Eight synthetic jobs in two families of four (A: job0-job3, B: job4-job7), one fit."""
+    from interplace.datasets import synthetic
+    from interplace.model import fit
+
+    data = synthetic(8, seed=1, samples_per_run=4)
+    family = {f"job{i}": "A" if i < 4 else "B" for i in range(8)}
+    return fit(data, seed=3, steps=300, min_steps=300, restarts=1, family=family)
+
+
+def test_a_new_job_in_a_family_starts_from_it_and_borrows_from_its_members(
+    families_model: InterferenceModel,
+) -> None:
+    # The family's posterior effect centres the new job's prior latents (sensitivity noise,
+    # intensity, bias; demand where no counter reads it), its sd widens them, and the
+    # job's pair corrections are the means of family A's measured members' effects.
+    m = families_model
+    counters = {"new": {"gpu_util_pct": 55.0}}
+    grown = with_cold_jobs(m, counters, {"new": "A"})
+    assert grown.family_map()["new"] == "A" and grown.families is not None
+    n_res = len(m.resources)
+    gpu = m.resources.index("gpu_compute")
+    effect_loc, effect_sd = m.posterior["family_effect"]
+    a = sorted(set(f for f in m.families if f is not None)).index("A")  # family_index order
+    e, v = effect_loc[a], effect_sd[a]
+    eps_loc, eps_sd = (t[-1] for t in grown.posterior["sens_eps"])
+    torch.testing.assert_close(eps_loc, e[n_res : 2 * n_res])
+    torch.testing.assert_close(eps_sd, torch.sqrt(1 + v[n_res : 2 * n_res] ** 2))
+    bias_loc, _ = (t[-1] for t in grown.posterior["iso_bias"])
+    torch.testing.assert_close(bias_loc, e[3 * n_res])
+    gap = m.info["demand_gap"].get("gpu_compute", [0.0])[0]
+    i_loc = grown.posterior["log_intensity"][0][-1]
+    assert float(i_loc[gpu]) == pytest.approx(float(e[2 * n_res + gpu]) - gap)
+    unread = [r for r in range(n_res) if r != gpu]
+    d_loc = grown.posterior["log_demand"][0][-1]
+    mu = m.posterior["demand_mu"][0]
+    torch.testing.assert_close(d_loc[unread], (mu + e[:n_res])[unread])
+    assert float(d_loc[gpu]) == pytest.approx(math.log(0.55) + gap)
+    # Borrowed from family A's members (all measured on both sides), not the nearest jobs.
+    pairs = grown.measured
+    assert pairs is not None and grown.info["cold_jobs_borrowing"] == ["new"]
+    effect = _fitted_effects(m)
+    members = [m.jobs.index(f"job{i}") for i in range(4)]
+    n = len(m.jobs)
+    np.testing.assert_allclose(pairs.expected[n, :n], effect[members].mean(0), atol=1e-12)
+    np.testing.assert_allclose(pairs.expected[:n, n], effect[:, members].mean(1), atol=1e-12)
+
+
+def test_a_family_the_model_does_not_know_is_not_used(
+    families_model: InterferenceModel, eight: InterferenceModel,
+) -> None:
+    counters = {"new": {"gpu_util_pct": 55.0}}
+    plain = with_cold_jobs(families_model, counters)
+    unknown = with_cold_jobs(families_model, counters, {"new": "C"})
+    assert unknown.family_map()["new"] is None
+    for site in ("log_demand", "sens_eps", "log_intensity", "iso_bias"):
+        for i in (0, 1):
+            assert torch.equal(unknown.posterior[site][i], plain.posterior[site][i])
+    assert unknown.measured is not None and plain.measured is not None
+    assert np.array_equal(unknown.measured.expected, plain.measured.expected)
+    # A model fitted without families has none to put a new job in.
+    assert with_cold_jobs(eight, counters, {"new": "A"}).families is None
+    with pytest.raises(InputError, match="families given for job type\\(s\\) 'other'"):
+        with_cold_jobs(families_model, counters, {"other": "A"})
+    with pytest.raises(InputError, match="family must be a non-empty name"):
+        with_cold_jobs(families_model, counters, {"new": " A"})
+
+
+def test_placement_passes_a_new_jobs_family(families_model: InterferenceModel) -> None:
+    from interplace.placement._place import with_counters
+
+    reading = {"gpu_util_pct": 55.0}
+    jobs = [Job("a", "new", counters=reading, family="A"),
+            Job("b", "new", counters=reading, family="A")]
+    grown = with_counters(families_model, jobs, None)
+    assert isinstance(grown, InterferenceModel) and grown.family_map()["new"] == "A"
+    with pytest.raises(InputError, match="'new' is given two different families"):
+        with_counters(families_model, [*jobs, Job("c", "new", counters=reading)], None)

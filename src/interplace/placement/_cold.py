@@ -38,10 +38,22 @@ population's prior. The sensitivity then follows the model's regression on deman
 what makes the cold prediction depend on the counters. A mixture posterior (a fit with
 ``restarts``) gives the new job these rows in each component, from that component's hats.
 
+*Families.* A new job given a family the model was fitted with (``families``; a placed
+job's ``family``) starts from that family's effect, as the fit's own jobs do: with
+:math:`e_f` the posterior mean of the family's effect on each latent and :math:`v_f` its
+posterior sd, the rows above become :math:`\log d_{nr} \sim \mathcal N(\hat\mu_r +
+e^{d}_{fr}, (\hat\sigma_r^2 + s_{\mu r}^2 + v^{d\,2}_{fr})^{1/2})` (no usable counter; a
+counter read still sets it), :math:`\epsilon_{nr} \sim \mathcal N(e^{\epsilon}_{fr}, (1 +
+v^{\epsilon\,2}_{fr})^{1/2})`, :math:`\eta_{nr} \sim \mathcal N(e^{\eta}_{fr} - \bar g_r,
+(\hat\varsigma_r^2 + v^{\eta\,2}_{fr})^{1/2})` and :math:`\beta_n \sim \mathcal
+N(e^{\beta}_f, (\hat\omega^2 + v^{\beta\,2}_f)^{1/2})`, and it borrows its pair
+corrections from the family's measured members (below).
+
 *Pair corrections.* A fitted model's second stage (:mod:`interplace.model._cells`) corrects
 each pair the structure misfits; a fitted job never measured co-located borrows its
-corrections from the measured jobs nearest to it by isolated counters. A new job does the
-same here: its row of prior mean effects is the mean of the rows of the
+corrections from its family's measured members, or else the measured jobs nearest to it
+by isolated counters. A new job does the same here: with a family, from the family's
+members; otherwise its row of prior mean effects is the mean of the rows of the
 :data:`~interplace.model._cells.NEIGHBOURS` fitted jobs measured as victims nearest to its
 readings (log shares of full scale, each resource standardised over those jobs), its column
 likewise over the jobs measured as co-runners, and its pressure offsets are solved so that
@@ -80,7 +92,9 @@ _SATURATED = 0.98
 
 
 def with_cold_jobs(
-    model: InterferenceModel, counters: Mapping[str, Mapping[str, float]]
+    model: InterferenceModel,
+    counters: Mapping[str, Mapping[str, float]],
+    families: Mapping[str, str] | None = None,
 ) -> InterferenceModel:
     """``model`` with each new job type of ``counters`` (metric -> mean isolated reading) added.
 
@@ -88,7 +102,10 @@ def with_cold_jobs(
     kB/s); the readings of several metrics of one resource (``gpu_util_pct`` and
     ``sm_active_pct``) are averaged as shares of full scale, as the fit averages a job's
     isolated readings. Types the model already knows are refused, so are unknown metrics and
-    readings that are negative or not finite.
+    readings that are negative or not finite. ``families`` (new job type -> family name)
+    puts a new type in one of the model's families (module docstring, *Families*); a family
+    the model was not fitted with (or any, for a model without families) is not used, and
+    :meth:`~interplace.model.InterferenceModel.family_map` of the result shows what was.
 
     >>> from interplace.datasets import synthetic
     >>> from interplace.model import Query, fit
@@ -139,14 +156,15 @@ def with_cold_jobs(
         means = {r: sum(u) / len(u) for r, u in shares.items()}
         reads[job] = [(r, u) for r, u in sorted(means.items()) if u < _SATURATED]
         logs[job] = {model.resources[r]: math.log(u) for r, u in sorted(means.items()) if u > 0}
+    fam = _new_families(model, reads, families or {})
     gap = _demand_gap(model)
     if model.components == 1:
-        post = _with_rows(model.posterior, reads, len(model.resources), gap[0])
+        post = _with_rows(model.posterior, reads, len(model.resources), gap[0], fam)
     else:
         parts = [
             _with_rows(
                 {k: (loc[c], scale[c]) for k, (loc, scale) in model.posterior.items()},
-                reads, len(model.resources), gap[c],
+                reads, len(model.resources), gap[c], fam,
             )
             for c in range(model.components)
         ]
@@ -155,7 +173,9 @@ def with_cold_jobs(
             for k in parts[0]
         }
     names = list(reads)
-    families = None if model.families is None else (*model.families, *([None] * len(names)))
+    all_families = None if model.families is None else (
+        *model.families, *(None if f is None else f[0] for f in fam.values())
+    )
     info = dict(model.info)
     info["cold_jobs"] = [*info.get("cold_jobs", []), *names]
     grown = InterferenceModel(
@@ -166,7 +186,7 @@ def with_cold_jobs(
         hyper=model.hyper,
         posterior=post,
         info=info,
-        families=families,
+        families=all_families,
         measured=model.measured,
         components=model.components,
     )
@@ -233,17 +253,43 @@ def _first_jobs(model: InterferenceModel, n: int) -> InterferenceModel:
     )
 
 
+def _new_families(
+    model: InterferenceModel, reads: Mapping[str, object], families: Mapping[str, str]
+) -> dict[str, tuple[str, int] | None]:
+    """Each new job of ``reads``: its family's name and row of ``family_effect``, or None (no
+    family given, a family the model has no effect for, or a model without families)."""
+    extra = sorted(set(families) - set(reads))
+    if extra:
+        raise InputError(
+            f"families given for job type(s) {', '.join(map(repr, extra))} that are not added"
+        )
+    for job, name in families.items():
+        if not isinstance(name, str) or not name.strip() or name != name.strip():
+            raise InputError(f"cold job {job!r}: family must be a non-empty name, not {name!r}")
+    row: dict[str, int] = {}
+    if model.families is not None:
+        idx = family_index(model.families)[0]
+        row = {f: int(i) for f, i in zip(model.families, idx, strict=True) if f is not None}
+    out: dict[str, tuple[str, int] | None] = {}
+    for job in reads:
+        given = families.get(job)
+        out[job] = None if given is None or given not in row else (given, row[given])
+    return out
+
+
 def _with_rows(
     posterior: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
     reads: Mapping[str, list[tuple[int, float]]],
     n_res: int,
     gap: torch.Tensor,
+    fam: Mapping[str, tuple[str, int] | None],
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """One mean-field posterior with a row for each new job of ``reads`` (module docstring).
 
     ``gap``: ``(R,)`` the fitted jobs' median gap of log demand below log reading (0 where the
-    fit recorded none)."""
+    fit recorded none); ``fam``: each new job's family (:func:`_new_families`)."""
     post = {k: (loc.clone(), scale.clone()) for k, (loc, scale) in posterior.items()}
+    family_of = _family_rows(post, fam, n_res)
 
     def mean_of(site: str) -> torch.Tensor:
         return post[site][0]  # unconstrained location: log of a positive site
@@ -257,20 +303,28 @@ def _with_rows(
         s: [] for s in COLD_SITES if s in post
     }
     pair_scale = mean_of("pair_scale").exp() if "pair_scale" in post else None
-    for usable in reads.values():
-        d_loc, d_scale = mu_loc.clone(), prior_scale.clone()
-        i_loc = torch.zeros(n_res, dtype=torch.float64)
+    for job, usable in reads.items():
+        # The family's effect (none: zero) centres the job's prior, and its posterior
+        # spread adds to the prior's.
+        e_loc, e_sd = family_of[job]
+        d_loc = mu_loc + e_loc[:n_res]
+        d_scale = _widened(prior_scale, e_sd, slice(0, n_res))
+        i_loc = e_loc[2 * n_res : 3 * n_res].clone()
         for r, u in usable:
             shift = float(gap[r]) if u > 0 else 0.0
             d_loc[r] = math.log(max(u, 0.02)) + shift
             d_scale[r] = 0.05 / max(u, 0.05)
-            i_loc[r] = -shift
+            i_loc[r] -= shift
         rows["log_demand"].append((d_loc, d_scale))
-        zeros = torch.zeros(n_res, dtype=torch.float64)
-        rows["sens_eps"].append((zeros, torch.ones(n_res, dtype=torch.float64)))
-        rows["log_intensity"].append((i_loc, intensity_sd.clone()))
+        ones = torch.ones(n_res, dtype=torch.float64)
+        rows["sens_eps"].append(
+            (e_loc[n_res : 2 * n_res], _widened(ones, e_sd, slice(n_res, 2 * n_res)))
+        )
+        rows["log_intensity"].append(
+            (i_loc, _widened(intensity_sd, e_sd, slice(2 * n_res, 3 * n_res)))
+        )
         rows["iso_bias"].append(
-            (torch.zeros((), dtype=torch.float64), bias_scale.clone())
+            (e_loc[3 * n_res], _widened(bias_scale, e_sd, 3 * n_res))
         )
         if pair_scale is not None:
             # The pair term's prior: factors centred on zero, so the mechanism predicts.
@@ -283,6 +337,32 @@ def _with_rows(
             torch.cat([old_scale, torch.stack([b for _, b in new])]),
         )
     return post
+
+
+def _family_rows(
+    post: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
+    fam: Mapping[str, tuple[str, int] | None],
+    n_res: int,
+) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
+    """Each new job's family effect, location and sd ``(3 R + 1,)`` each: its family's row of
+    ``family_effect`` (``(F, 3 R + 1)`` in a model fitted with families); without one, a
+    zero location and no sd."""
+    out: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
+    for job, f in fam.items():
+        if f is None:
+            out[job] = (torch.zeros(3 * n_res + 1, dtype=torch.float64), None)
+        else:
+            loc, scale = post["family_effect"]
+            out[job] = (loc[f[1]], scale[f[1]])
+    return out
+
+
+def _widened(base: torch.Tensor, sd: torch.Tensor | None, part: slice | int) -> torch.Tensor:
+    """``base`` (a copy) with the family effect's sd ``sd[part]`` added in quadrature; ``base``
+    itself without a family."""
+    if sd is None:
+        return base.clone()
+    return torch.sqrt(base**2 + sd[part] ** 2)
 
 
 def _demand_gap(model: InterferenceModel) -> torch.Tensor:

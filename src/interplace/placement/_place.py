@@ -236,8 +236,9 @@ def with_counters(
 ) -> SpeedSource:
     """``model`` with the job types it lacks added from their jobs' counters (cold start).
 
-    Types without counters are left for :class:`Problem` to refuse by name. Two jobs giving
-    one new type different readings are refused. Only a fitted
+    Types without counters are left for :class:`Problem` to refuse by name. A new type's
+    jobs' ``family`` puts it in that family of the model. Two jobs giving one new type
+    different readings, or different families, are refused. Only a fitted
     :class:`~interplace.model.InterferenceModel` has a cold-start path.
     """
     from interplace.model import InterferenceModel
@@ -245,6 +246,7 @@ def with_counters(
 
     known = set(model.jobs)
     readings: dict[str, dict[str, float]] = {}
+    families: dict[str, str | None] = {}
     all_jobs = list(jobs) + ([r.job for r in state.running] if state is not None else [])
     for j in all_jobs:
         if j.job in known or j.counters is None:
@@ -252,6 +254,8 @@ def with_counters(
         given = dict(j.counters)
         if readings.setdefault(j.job, given) != given:
             raise InputError(f"job type {j.job!r} is given two different counter readings")
+        if families.setdefault(j.job, j.family) != j.family:
+            raise InputError(f"job type {j.job!r} is given two different families")
     if not readings:
         return model
     if not isinstance(model, InterferenceModel):
@@ -259,7 +263,8 @@ def with_counters(
             f"job type(s) {', '.join(sorted(readings))} are unknown and this speed source has "
             "no cold-start path (a fitted model has)"
         )
-    return with_cold_jobs(model, readings)
+    named = {job: f for job, f in families.items() if f is not None}
+    return with_cold_jobs(model, readings, named)
 
 
 def check_state(problem: Problem, st: State) -> None:

@@ -48,10 +48,12 @@ class Job:
     64)"``); many jobs may share one type. ``gpus`` GPUs are gang-placed: all at once, inside
     one machine when they fit. ``comm_share`` is the share of a multi-GPU job's step time
     spent communicating on the best-connected GPU set (default :data:`DEFAULT_COMM_SHARE`).
-    ``family`` is informational (the model already knows its jobs' families). ``counters``
-    (metric -> mean reading of an isolated run, e.g. ``{"gpu_util_pct": 85.0}``) lets a job
-    type the model has never seen be placed through its cold-start path
-    (:mod:`interplace.placement._cold`); they are kept as a sorted tuple of pairs.
+    ``counters`` (metric -> mean reading of an isolated run, e.g. ``{"gpu_util_pct":
+    85.0}``) lets a job type the model has never seen be placed through its cold-start path
+    (:mod:`interplace.placement._cold`); they are kept as a sorted tuple of pairs. ``family``
+    puts such a new type in one of the model's families (its prior and its borrowed pair
+    corrections come from the family); for a type the model knows it is informational (the
+    model already knows its jobs' families).
 
     >>> Job("j1", "resnet", gpus=2).gpus
     2
