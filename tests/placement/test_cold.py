@@ -316,3 +316,9 @@ def test_placement_passes_a_new_jobs_family(families_model: InterferenceModel) -
     assert isinstance(grown, InterferenceModel) and grown.family_map()["new"] == "A"
     with pytest.raises(InputError, match="'new' is given two different families"):
         with_counters(families_model, [*jobs, Job("c", "new", counters=reading)], None)
+    # The same input gives the same model, kept rather than grown again; another family or
+    # reading is another model.
+    assert with_counters(families_model, jobs[:1], None) is grown
+    other = with_counters(families_model, [Job("c", "new", counters=reading, family="B")], None)
+    assert other is not grown and other.family_map()["new"] == "B"
+    assert with_counters(families_model, [Job("c", "new", counters=reading)], None) is not grown

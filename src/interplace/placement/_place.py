@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -264,7 +266,30 @@ def with_counters(
             "no cold-start path (a fitted model has)"
         )
     named = {job: f for job, f in families.items() if f is not None}
-    return with_cold_jobs(model, readings, named)
+    # Adding jobs costs a tenth of a second on a model of Lucid's size (the second stage's
+    # draws and offsets for the new pairs) and gives the same model for the same input, so
+    # each model keeps what it grew into for the inputs seen last (a scheduler asks again
+    # and again about one pending job).
+    key = tuple(sorted(
+        (job, tuple(sorted(r.items())), named.get(job)) for job, r in readings.items()
+    ))
+    with _GROWN_LOCK:
+        memo = _GROWN.setdefault(model, {})
+        hit = memo.get(key)
+    if hit is None:
+        hit = with_cold_jobs(model, readings, named)
+        with _GROWN_LOCK:
+            if len(memo) >= _GROWN_SIZE:
+                memo.clear()
+            memo[key] = hit
+    return hit
+
+
+_GROWN: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], Any]] = weakref.WeakKeyDictionary()
+"""Each fitted model's cold-start results by input (:func:`with_counters`); weak, so a model
+no longer used takes its entries with it."""
+_GROWN_SIZE = 64
+_GROWN_LOCK = threading.Lock()
 
 
 def check_state(problem: Problem, st: State) -> None:

@@ -5,8 +5,9 @@ kube-scheduler calls it over HTTP (``filter``, ``prioritize``, ``bind``, ``preem
 ``extenders:`` stanza of its ``KubeSchedulerConfiguration`` says (``deploy/kubernetes/``). A pod
 names its job type with the label or annotation ``interplace.io/job-type`` and its GPUs with
 the ``nvidia.com/gpu`` limit (a type the model never saw can bring its isolated counters in
-the annotation ``interplace.io/counters``, e.g. ``gpu_util_pct=85,mem_util_pct=40``: it is
-then placed by the model's cold-start path); the extender drops nodes it cannot fit, scores
+the annotation ``interplace.io/counters``, e.g. ``gpu_util_pct=85,mem_util_pct=40``, and
+its family in ``interplace.io/family``: it is then placed by the model's cold-start path);
+the extender drops nodes it cannot fit, scores
 the rest by the predicted slowdown of the best placement there (for the pod and the pods
 already there), and on ``bind`` records the chosen GPU ids on the pod (``interplace.io/gpus``)
 and creates the Binding.

@@ -236,7 +236,7 @@ class Extender:
         if view is None:
             return None
         topo, state, reserved, state_key = view
-        key = (job.job, job.gpus, job.comm_share, job.counters, state_key)
+        key = (job.job, job.gpus, job.comm_share, job.counters, job.family, state_key)
         if key in self._scores:
             return self._scores[key]
         base = place(topo, self.model, [], state, policy=self.policy,

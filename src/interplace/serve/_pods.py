@@ -22,7 +22,8 @@ __all__ = [
 KEY_JOB_TYPE = "interplace.io/job-type"
 """Label or annotation naming the pod's job type (one the model knows)."""
 KEY_FAMILY = "interplace.io/family"
-"""Optional label or annotation: the job's family (informational)."""
+"""Optional label or annotation: the job's family (for a new job type that brings its
+counters, the model's family it joins: its prior and pair corrections come from it)."""
 KEY_COUNTERS = "interplace.io/counters"
 """Optional annotation: a new job type's isolated counter readings, ``metric=value`` pairs
 joined by commas (``"gpu_util_pct=85,mem_util_pct=40"``), which let the model place a type it
