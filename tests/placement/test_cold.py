@@ -105,7 +105,7 @@ def eight() -> InterferenceModel:
     from interplace.model import fit
 
     data = synthetic(8, seed=1, samples_per_run=4)
-    return fit(data, seed=3, steps=300, min_steps=300, restarts=2, workers=2)
+    return fit(data, seed=3, steps=300, min_steps=300, restarts=2)
 
 
 def _fitted_effects(model: InterferenceModel) -> np.ndarray:
