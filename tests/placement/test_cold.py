@@ -75,8 +75,12 @@ def test_cli_reads_counter_columns(
     out = tmp_path / "p.csv"
     code = main(["place", "--model", str(model_dir), "--topology", "pcie-8gpu",
                  "--jobs", str(jobs), "--out", str(out)])
-    assert code == 0, capsys.readouterr().err
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
     assert "new-net" in out.read_text()
+    # small_model's jobs are all measured on both sides: the new one borrows from the nearest.
+    assert ("note: job type(s) the model was not fitted on, added from their counters: new-net "
+            "(pair corrections from the 5 fitted jobs with the nearest counters)") in printed.out
     jobs.write_text("job_id,job,gpus\nb,new-net,1\n")
     code = main(["place", "--model", str(model_dir), "--topology", "pcie-8gpu",
                  "--jobs", str(jobs), "--out", str(out)])
@@ -322,3 +326,21 @@ def test_placement_passes_a_new_jobs_family(families_model: InterferenceModel) -
     other = with_counters(families_model, [Job("c", "new", counters=reading, family="B")], None)
     assert other is not grown and other.family_map()["new"] == "B"
     assert with_counters(families_model, [Job("c", "new", counters=reading)], None) is not grown
+
+
+def test_cli_place_names_a_new_types_family(
+    tmp_path: Path, families_model: InterferenceModel, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model_dir = families_model.save(tmp_path / "m")
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("job_id,job,gpus,family,gpu_util_pct\na,job0,1,,\nb,new-net,1,B,75\n")
+    out = tmp_path / "p.csv"
+    code = main(["place", "--model", str(model_dir), "--topology", "pcie-8gpu",
+                 "--jobs", str(jobs), "--out", str(out)])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert "new-net (pair corrections from family B)" in printed.out
+    jobs.write_text("job_id,job,gpus\na,job0,1\n")
+    assert main(["place", "--model", str(model_dir), "--topology", "pcie-8gpu",
+                 "--jobs", str(jobs), "--out", str(out)]) == 0
+    assert "not fitted on" not in capsys.readouterr().out

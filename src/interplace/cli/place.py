@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,7 +12,8 @@ from interplace.cli._common import Subparsers, int_at_least
 from interplace.errors import InputError, check_output_file
 
 if TYPE_CHECKING:
-    from interplace.placement import Placement
+    from interplace.model import InterferenceModel
+    from interplace.placement import ClusterState, Job, Placement
 
 __all__ = ["register"]
 
@@ -76,11 +78,41 @@ def _run(args: argparse.Namespace) -> int:
         write_table(pending, Path(args.pending_out))
     for j in placement.pending:
         sys.stderr.write(f"interplace: pending: {j.job_id} ({j.job}, {j.gpus} GPU)\n")
-    sys.stdout.write(_summary(placement, topology.name, out))
+    sys.stdout.write(_summary(placement, topology.name, out, _cold_note(fitted, jobs, state)))
     return 0
 
 
-def _summary(p: Placement, topology: str, out: Path) -> str:
+def _cold_note(
+    fitted: InterferenceModel, jobs: Sequence[Job], state: ClusterState | None
+) -> str | None:
+    """A note naming the job types added from their counters (cold start) and where their
+    pair corrections came from, or None when every type was fitted."""
+    from interplace.model import InterferenceModel
+    from interplace.placement._place import with_counters
+
+    grown = with_counters(fitted, jobs, state)  # what place used (kept per model and input)
+    if not isinstance(grown, InterferenceModel):
+        return None
+    added = [j for j in grown.jobs if j not in set(fitted.jobs)]
+    if not added:
+        return None
+    family = grown.family_map()
+    borrowing = set(grown.info.get("cold_jobs_borrowing", []))
+    parts = []
+    for job in added:
+        if job not in borrowing:
+            how = "no pair corrections"
+        elif family.get(job):
+            how = f"pair corrections from family {family[job]}"
+        else:
+            how = "pair corrections from the 5 fitted jobs with the nearest counters"
+        parts.append(f"{job} ({how})")
+    return "note: job type(s) the model was not fitted on, added from their counters: " + (
+        ", ".join(parts)
+    )
+
+
+def _summary(p: Placement, topology: str, out: Path, cold: str | None = None) -> str:
     new = p.new_jobs()
     running = [j for j in p.jobs if j.running]
     lines = [
@@ -94,6 +126,8 @@ def _summary(p: Placement, topology: str, out: Path) -> str:
             f"note: exact search stopped after {p.info.get('nodes')} nodes: best found, "
             "not proven optimal"
         )
+    if cold is not None:
+        lines.append(cold)
     if not p.info.get("cross_gpu", True):
         lines.append(
             "note: contention across GPUs (PCIe switch, socket) not scored: the model has no "
@@ -122,10 +156,11 @@ def register(sub: Subparsers) -> None:
         "place",
         help="place jobs on GPUs so that predicted slowdown is smallest",
         description="Choose GPUs for each job of JOBS (columns job_id, job, gpus; optional "
-        "family, comm_share) next to what STATE runs (job_id, job, gpu), maximising the "
-        "objective predicted by a fitted model. OUT gets one row per (job, GPU): job_id, "
-        "job, gpu, speed_mean, speed_q05, speed_q95; pending jobs go to stderr and "
-        "--pending-out.",
+        "family, comm_share, and counter columns such as gpu_util_pct, the mean isolated "
+        "readings of a job type the model was not fitted on) next to what STATE runs "
+        "(job_id, job, gpu), maximising the objective predicted by a fitted model. OUT gets "
+        "one row per (job, GPU): job_id, job, gpu, speed_mean, speed_q05, speed_q95; pending "
+        "jobs go to stderr and --pending-out.",
     )
     p.add_argument("--model", required=True, metavar="MODEL", help="model directory (fit)")
     p.add_argument(
