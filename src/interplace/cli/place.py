@@ -93,7 +93,7 @@ def _cold_note(
     grown = with_counters(fitted, jobs, state)  # what place used (kept per model and input)
     if not isinstance(grown, InterferenceModel):
         return None
-    added = [j for j in grown.jobs if j not in set(fitted.jobs)]
+    added = grown.jobs[len(fitted.jobs):]  # with_cold_jobs appends the new types
     if not added:
         return None
     family = grown.family_map()

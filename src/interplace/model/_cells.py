@@ -358,23 +358,33 @@ def borrowed_effects(
     >>> out.tolist(), rows, cols
     ([[0.0, 0.2, 0.0], [0.1, 0.0, 0.1], [0.0, 0.2, 0.0]], 1, 1)
     """
+    out, row_mates, col_mates = _borrow(effect, job, co, family, readings, k)
+    rows = sum(m is not None for m in row_mates)
+    return out, rows, sum(m is not None for m in col_mates)
+
+
+def _borrow(
+    effect: _FloatArray, job: _IntArray, co: _IntArray, family: _IntArray | None,
+    readings: _FloatArray | None, k: int,
+) -> tuple[_FloatArray, list[_IntArray | None], list[_IntArray | None]]:
+    """:func:`borrowed_effects`'s matrix with each job's mates as victim and as co-runner
+    (:func:`borrowed_mates`; None: nothing borrowed on that side)."""
     n = effect.shape[0]
     victims = np.zeros(n, dtype=bool)
     victims[job] = True
     runners = np.zeros(n, dtype=bool)
     runners[co] = True
     out = effect.copy()
-    rows = cols = 0
-    for j, mates in enumerate(borrowed_mates(victims, family, readings, k)):
+    row_mates = borrowed_mates(victims, family, readings, k)
+    for j, mates in enumerate(row_mates):
         if mates is not None:
             out[j] = effect[mates].mean(0)
-            rows += 1
     filled = out.copy()
-    for c, mates in enumerate(borrowed_mates(runners, family, readings, k)):
+    col_mates = borrowed_mates(runners, family, readings, k)
+    for c, mates in enumerate(col_mates):
         if mates is not None:
             out[:, c] = filled[:, mates].mean(1)
-            cols += 1
-    return out, rows, cols
+    return out, row_mates, col_mates
 
 
 def _pair_terms(draws: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
@@ -641,13 +651,12 @@ def extended_pairs(
         j, k = pairs.job, pairs.co
         mu = _cells_log_speed(fit_draws, torch.as_tensor(j * n_fit + k), n_fit).numpy()
         effect[j, k] += pairs.weight() * (pairs.log_speed - mu - effect[j, k])
-    borrowed, _, _ = borrowed_effects(effect, pairs.job, pairs.co, family, readings)
-    sides = []
-    for side in (pairs.job, pairs.co):
-        seen = np.zeros(n_all, dtype=bool)
-        seen[side] = True
-        sides.append(borrowed_mates(seen, family, readings))
-    lent = [i for i in range(n_old, n_all) if any(m[i] is not None for m in sides)]
+    borrowed, row_mates, col_mates = _borrow(
+        effect, pairs.job, pairs.co, family, readings, NEIGHBOURS
+    )
+    lent = [
+        i for i in range(n_old, n_all) if row_mates[i] is not None or col_mates[i] is not None
+    ]
     expected = borrowed.copy()
     expected[:n_old, :n_old] = pairs.expected
     grid = np.arange(n_all * n_all).reshape(n_all, n_all)
