@@ -182,17 +182,38 @@ def test_fit_moves_only_the_cold_jobs_and_records_it() -> None:
 
 
 def test_a_new_cold_job_gets_the_fits_gap() -> None:
+    # A fit that shifted no cold job of its own (every job here is warm) gives a new job the
+    # fit's rule for a single cold one: its read demand moved to the warm gap above its log
+    # reading, its intensity back by as much (the pressure at the read demand).
+    from interplace.placement._cold import read_demand
+
     data = synthetic(4, seed=2, samples_per_run=4)
     m = fit(data, seed=0, steps=100, min_steps=100, restarts=1, measured=False)
     gpu, mem = m.resources.index("gpu_compute"), m.resources.index("gpu_membw")
-    m = dataclasses.replace(m, info={**m.info, "demand_gap": {"gpu_compute": [-0.25]}})
+    info = {**m.info, "demand_gap": {"gpu_compute": [-0.25]}, "cold_demand_shift": {}}
+    m = dataclasses.replace(m, info=info)
     m2 = with_cold_jobs(m, {"new": {"gpu_util_pct": 40.0, "mem_util_pct": 30.0},
                             "idle": {"gpu_util_pct": 0.0}})
     d, i = m2.posterior["log_demand"][0], m2.posterior["log_intensity"][0]
+
+    def read(r: int, metric: str, u: float) -> float:
+        prior_sd = math.hypot(float(m.posterior["demand_sd"][0][r].exp()),
+                              float(m.posterior["demand_mu"][1][r]))
+        noise = float(m.posterior["metric_noise"][0][m.metrics.index(metric)].exp())
+        return read_demand(float(m.posterior["demand_mu"][0][r]), prior_sd, [u], [noise],
+                           m.info["isolated_samples"])[0]
+
     assert float(d[-2, gpu]) == pytest.approx(math.log(0.4) - 0.25)
-    assert float(i[-2, gpu]) == pytest.approx(0.25)  # pressure stays at the reading
-    assert float(d[-2, mem]) == pytest.approx(math.log(0.3)) and float(i[-2, mem]) == 0.0
-    assert float(d[-1, gpu]) == pytest.approx(math.log(0.02)) and float(i[-1, gpu]) == 0.0
+    assert float(d[-2, gpu] + i[-2, gpu]) == pytest.approx(read(gpu, "gpu_util_pct", 0.4))
+    # No gap recorded for memory bandwidth: the read demand itself, intensity 0.
+    assert float(d[-2, mem]) == pytest.approx(read(mem, "mem_util_pct", 0.3))
+    assert float(i[-2, mem]) == 0.0
+    # A reading of 0 is not moved (the fit does not move a cold job without a reading).
+    assert float(d[-1, gpu]) == pytest.approx(read(gpu, "gpu_util_pct", 0.0))
+    assert float(d[-1, gpu]) < math.log(0.05) and float(i[-1, gpu]) == 0.0
     bad = dataclasses.replace(m, info={**m.info, "demand_gap": {"gpu_compute": [0.1, 0.2]}})
     with pytest.raises(InputError, match=r"demand_gap'\]\['gpu_compute'\] is not 1 number"):
+        with_cold_jobs(bad, {"new": {"gpu_util_pct": 40.0}})
+    bad = dataclasses.replace(m, info={**m.info, "cold_demand_shift": {"gpu_compute": ["x"]}})
+    with pytest.raises(InputError, match=r"cold_demand_shift'\]\['gpu_compute'\] is not 1"):
         with_cold_jobs(bad, {"new": {"gpu_util_pct": 40.0}})

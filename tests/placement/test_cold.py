@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -16,7 +17,7 @@ from interplace.model import InterferenceModel, Query
 from interplace.model._cells import OFFSET_BOUND, pair_log_speed
 from interplace.model._fit import MEASURED_DRAWS
 from interplace.placement import Job, MeasuredSpeeds, place, score
-from interplace.placement._cold import with_cold_jobs
+from interplace.placement._cold import read_demand, with_cold_jobs
 from interplace.topology import builtin
 
 
@@ -199,32 +200,220 @@ def test_a_model_without_recorded_readings_adds_jobs_without_borrowing(
             with_cold_jobs(broken, {"new": {"gpu_util_pct": 55.0}})
 
 
-def test_metrics_of_one_resource_are_averaged(small_model: InterferenceModel) -> None:
-    # Two metrics that read GPU compute give the mean of their shares of full scale (as the
-    # fit's isolated readings do), whichever order they come in; a saturated mean keeps the
-    # population's prior, as one saturated metric does.
-    import math
+def _quad_moments(
+    loc: float, scale: float, shares: list[float], noise: list[float], samples: int
+) -> tuple[float, float]:
+    """Mean and sd of log demand under the prior N(loc, scale^2) and the counter likelihood
+    N(u | cap(e^x), noise^2 / samples) per reading, by adaptive quadrature (scipy), with the
+    counters' rounded min(1, .) written out here: independent of the library's grid."""
+    from scipy.integrate import quad
 
+    def cap(v: float) -> float:
+        knee = 0.02
+        if v <= 1 - knee:
+            return v
+        return 1.0 if v >= 1 + knee else v - (v - (1 - knee)) ** 2 / (4 * knee)
+
+    def logp(x: float) -> float:
+        out = -0.5 * ((x - loc) / scale) ** 2
+        for u, s in zip(shares, noise, strict=True):
+            out -= 0.5 * samples * ((u - cap(math.exp(x))) / s) ** 2
+        return out
+
+    lo, hi = loc - 12 * scale, max(loc + 12 * scale, 2.0)
+    xs = np.linspace(lo, hi, 20001)
+    values = [logp(float(x)) for x in xs]
+    # The mode, found coarsely, tells quad where the mass is; quad does the integral.
+    peak, mode = max(values), float(xs[int(np.argmax(values))])
+
+    def moment(k: int) -> float:
+        value, _ = quad(lambda x: x**k * math.exp(logp(x) - peak), lo, hi, limit=400,
+                        points=[mode])
+        return float(value)
+
+    z = moment(0)
+    mean = moment(1) / z
+    return mean, math.sqrt(moment(2) / z - mean**2)
+
+
+@pytest.mark.parametrize(
+    ("loc", "scale", "shares", "noise", "samples"),
+    [
+        (-1.0, 1.0, [0.5], [0.05], 1),  # a clear reading: near log 0.5, sd about 0.1
+        (-1.1, 0.9, [0.45], [0.095], 1),  # Lucid-like: the prior pulls the reading
+        (-2.0, 1.4, [0.02], [0.07], 1),  # a low, loose reading
+        (-1.0, 1.0, [0.0], [0.05], 4),  # nothing read: demand small
+        (-0.5, 0.8, [1.0, 0.995], [0.05, 0.08], 1),  # saturated: at least full scale
+        (-1.0, 1.0, [0.6, 0.4], [0.05, 0.05], 100),  # two metrics, many samples: sharp
+    ],
+)
+def test_read_demand_is_the_model_posterior_of_a_reading(
+    loc: float, scale: float, shares: list[float], noise: list[float], samples: int
+) -> None:
+    # The grid of 4,001 points (refined around a sharp posterior) against adaptive
+    # quadrature: its error is far below 1e-3 of the posterior sd.
+    m, sd = read_demand(loc, scale, shares, noise, samples)
+    qm, qsd = _quad_moments(loc, scale, shares, noise, samples)
+    assert m == pytest.approx(qm, abs=1e-3 * qsd)
+    assert sd == pytest.approx(qsd, rel=1e-3)
+
+
+def test_read_demand_moves_with_the_reading_and_its_weight() -> None:
+    # More demand read, more demand; more samples, a tighter posterior closer to the reading.
+    lows = [read_demand(-1.0, 1.0, [u], [0.08], 1)[0] for u in (0.1, 0.3, 0.6, 0.9)]
+    assert lows == sorted(lows)
+    one, many = read_demand(-2.0, 1.0, [0.5], [0.1], 1), read_demand(-2.0, 1.0, [0.5], [0.1], 50)
+    assert many[1] < one[1] and abs(many[0] - math.log(0.5)) < abs(one[0] - math.log(0.5))
+
+
+def _new_row(m: InterferenceModel, site: str) -> torch.Tensor:
+    """The last job's row of ``site``'s location, ``(K, R)`` (one row for a single fit)."""
+    loc = m.posterior[site][0]
+    return loc.reshape(-1, *loc.shape[-2:])[:, -1]
+
+
+def _hats(m: InterferenceModel, c: int) -> dict[str, torch.Tensor]:
+    """Component ``c``'s posterior locations of the population sites a new job's rows use."""
+    def loc(site: str) -> torch.Tensor:
+        value = m.posterior[site][0]
+        return value[c] if m.components > 1 else value
+
+    def scale(site: str) -> torch.Tensor:
+        value = m.posterior[site][1]
+        return value[c] if m.components > 1 else value
+
+    return {
+        "mu": loc("demand_mu"), "mu_sd": scale("demand_mu"), "sd": loc("demand_sd").exp(),
+        "noise": loc("metric_noise").exp(),
+    }
+
+
+def _expected_demand(
+    m: InterferenceModel, c: int, r: int, shares: dict[str, float], samples: int,
+    centre: float = 0.0, widen: float = 0.0,
+) -> float:
+    """The new job's log demand on resource ``r`` in component ``c``: the exact posterior of
+    its readings ``shares`` (metric -> share) plus the fit's cold-demand shift (or the
+    single-job rule where the fit recorded none), from the model's own hats."""
+    h = _hats(m, c)
+    loc = float(h["mu"][r]) + centre
+    scale = math.sqrt(float(h["sd"][r]) ** 2 + float(h["mu_sd"][r]) ** 2 + widen**2)
+    noise = []
+    for metric in shares:
+        if metric in m.metrics:
+            noise.append(float(h["noise"][m.metrics.index(metric)]))
+        else:  # a metric the model lacks: the mean of its metrics on the same resource
+            same = [i for i, x in enumerate(m.metrics) if x in ("gpu_util_pct", "sm_active_pct")]
+            noise.append(float(h["noise"][same].mean()))
+    mean, _ = _quad_moments(loc, scale, list(shares.values()), noise, samples)
+    name = m.resources[r]
+    shift = m.info.get("cold_demand_shift", {}).get(name)
+    if shift is not None:
+        return mean + shift[c]
+    gap = m.info.get("demand_gap", {}).get(name)
+    u = sum(shares.values()) / len(shares)
+    if gap is not None and u >= 0.05:
+        return math.log(u) + gap[c]
+    return mean
+
+
+def test_each_metric_of_a_resource_is_one_reading_in_the_likelihood(
+    small_model: InterferenceModel,
+) -> None:
+    # Two metrics that read GPU compute each enter the counter likelihood with their own
+    # noise (one the model lacks: its resource's mean noise), whichever order they come in.
     gpu = small_model.resources.index("gpu_compute")
-    k = small_model.components
-    gap = small_model.info.get("demand_gap", {}).get("gpu_compute", [0.0] * k)
-
-    def new_demand(m: InterferenceModel) -> torch.Tensor:
-        loc = m.posterior["log_demand"][0]  # (J, R), or (K, J, R) for a mixture
-        return loc.reshape(-1, *loc.shape[-2:])[:, -1, gpu]
-
+    shares = {"gpu_util_pct": 0.8, "sm_active_pct": 0.4}
     a = with_cold_jobs(small_model, {"new": {"gpu_util_pct": 80.0, "sm_active_pct": 40.0}})
     b = with_cold_jobs(small_model, {"new": {"sm_active_pct": 40.0, "gpu_util_pct": 80.0}})
-    assert new_demand(a).tolist() == pytest.approx([math.log(0.6) + g for g in gap])
     assert torch.equal(a.posterior["log_demand"][0], b.posterior["log_demand"][0])
+    k = small_model.info["isolated_samples"]
+    for c in range(small_model.components):
+        want = _expected_demand(small_model, c, gpu, shares, k)
+        assert float(_new_row(a, "log_demand")[c, gpu]) == pytest.approx(want, abs=1e-3)
+    # A saturated reading puts demand at about full scale or above; a lower one below it.
     full = with_cold_jobs(small_model, {"new": {"gpu_util_pct": 99.0, "sm_active_pct": 99.5}})
-    prior = with_cold_jobs(small_model, {"new": {"mem_util_pct": 10.0}})
-    assert torch.equal(new_demand(full), new_demand(prior))
+    assert bool((_new_row(full, "log_demand")[:, gpu] > _new_row(a, "log_demand")[:, gpu]).all())
+
+
+def test_a_reading_weighs_as_many_samples_as_the_fits_own_or_as_given(
+    small_model: InterferenceModel,
+) -> None:
+    k = small_model.info["isolated_samples"]
+    assert isinstance(k, int) and k >= 1
+    reading = {"new": {"gpu_util_pct": 30.0}}
+    gpu = small_model.resources.index("gpu_compute")
+    default = with_cold_jobs(small_model, reading)
+    same = with_cold_jobs(small_model, reading, samples=k)
+    assert torch.equal(default.posterior["log_demand"][1], same.posterior["log_demand"][1])
+    one = with_cold_jobs(small_model, reading, samples={"new": 1})
+    many = with_cold_jobs(small_model, reading, samples=1000)
+    sd = [float(m.posterior["log_demand"][1].reshape(-1, *m.posterior["log_demand"][1].shape[
+        -2:])[0, -1, gpu]) for m in (one, many)]
+    assert sd[1] < sd[0]
+    with pytest.raises(InputError, match="samples must be a whole number >= 1"):
+        with_cold_jobs(small_model, reading, samples=0)
+    with pytest.raises(InputError, match="samples given for job type\\(s\\) 'other'"):
+        with_cold_jobs(small_model, reading, samples={"other": 2})
+    broken = dataclasses.replace(small_model, info={**small_model.info, "isolated_samples": 0.5})
+    with pytest.raises(InputError, match="isolated_samples'\\] is not a count"):
+        with_cold_jobs(broken, reading)
+
+
+def test_a_new_job_is_moved_as_the_fit_moved_its_own_cold_jobs(
+    small_model: InterferenceModel,
+) -> None:
+    # Where the fit shifted its cold jobs' demand (info["cold_demand_shift"]), a new job's
+    # read demand moves by the same, and its intensity back by as much (its pressure kept);
+    # a resource it does not read keeps the prior.
+    k = small_model.components
+    info = {**small_model.info, "cold_demand_shift": {"gpu_compute": [0.3] * k}}
+    shifted = dataclasses.replace(small_model, info=info)
+    reading = {"new": {"gpu_util_pct": 40.0}}
+    a, b = with_cold_jobs(small_model, reading), with_cold_jobs(shifted, reading)
+    gpu = small_model.resources.index("gpu_compute")
+    n = small_model.info["isolated_samples"]
+    for c in range(k):
+        want = _expected_demand(shifted, c, gpu, {"gpu_util_pct": 0.4}, n)
+        assert float(_new_row(b, "log_demand")[c, gpu]) == pytest.approx(want, abs=1e-3)
+        read = want - 0.3
+        moved = float(_new_row(b, "log_demand")[c, gpu]) + float(
+            _new_row(b, "log_intensity")[c, gpu])
+        assert moved == pytest.approx(read, abs=1e-3)  # pressure d e^eta at the read demand
+    others = [r for r in range(len(small_model.resources)) if r != gpu]
+    assert torch.equal(_new_row(a, "log_demand")[:, others], _new_row(b, "log_demand")[:, others])
+
+
+def test_a_jobs_counter_samples_reach_the_cold_start_path(
+    small_model: InterferenceModel, tmp_path: Path,
+) -> None:
+    from interplace.placement._place import with_counters
+    from interplace.placement.io import jobs_from_frame
+
+    reading = {"gpu_util_pct": 30.0}
+    want = with_cold_jobs(small_model, {"new": reading}, samples=50)
+    grown = with_counters(small_model, [Job("a", "new", counters=reading, counter_samples=50)],
+                          None)
+    assert isinstance(grown, InterferenceModel)
+    assert torch.equal(grown.posterior["log_demand"][1], want.posterior["log_demand"][1])
+    with pytest.raises(InputError, match="'new' is given two different counter_samples"):
+        with_counters(small_model, [Job("a", "new", counters=reading, counter_samples=50),
+                                    Job("b", "new", counters=reading)], None)
+    with pytest.raises(InputError, match="counter_samples given without counters"):
+        Job("a", "new", counter_samples=5)
+    with pytest.raises(InputError, match="counter_samples must be a whole number >= 1"):
+        Job("a", "new", counters=reading, counter_samples=0)
+    # The jobs table's column: blank is the default, a bad count is refused by row.
+    frame = pd.DataFrame({"job_id": ["a", "b"], "job": ["new", "x"],
+                          "gpu_util_pct": [30.0, None], "counter_samples": [50, None]})
+    jobs = jobs_from_frame(frame)
+    assert jobs[0].counter_samples == 50 and jobs[1].counter_samples is None
+    frame.loc[0, "counter_samples"] = 2.5
+    with pytest.raises(InputError, match="row 0: counter_samples must be a whole number"):
+        jobs_from_frame(frame)
 
 
 def test_cold_jobs_join_every_component_of_a_mixture() -> None:
-    import math
-
     from interplace.datasets import synthetic
     from interplace.model import fit
 
@@ -235,8 +424,11 @@ def test_cold_jobs_join_every_component_of_a_mixture() -> None:
     loc = m.posterior["log_demand"][0]
     assert loc.shape == (3, len(mixture.jobs) + 1, len(mixture.resources))
     gpu = mixture.resources.index("gpu_compute")
-    # The counter read sets the new job's demand the same way in every component.
-    assert torch.allclose(loc[:, -1, gpu], torch.full((3,), math.log(0.5), dtype=loc.dtype))
+    # Each component reads the counter with its own hats (prior, noise, shift).
+    k = mixture.info["isolated_samples"]
+    for c in range(3):
+        want = _expected_demand(mixture, c, gpu, {"gpu_util_pct": 0.5}, k)
+        assert float(loc[c, -1, gpu]) == pytest.approx(want, abs=1e-3)
     p = m.posterior_speed([Query("new", ("job0",))], num_samples=30)
     assert bool((p.mean > 0).all())
 
@@ -272,14 +464,26 @@ def test_a_new_job_in_a_family_starts_from_it_and_borrows_from_its_members(
     torch.testing.assert_close(eps_sd, torch.sqrt(1 + v[n_res : 2 * n_res] ** 2))
     bias_loc, _ = (t[-1] for t in grown.posterior["iso_bias"])
     torch.testing.assert_close(bias_loc, e[3 * n_res])
-    gap = m.info["demand_gap"].get("gpu_compute", [0.0])[0]
-    i_loc = grown.posterior["log_intensity"][0][-1]
-    assert float(i_loc[gpu]) == pytest.approx(float(e[2 * n_res + gpu]) - gap)
     unread = [r for r in range(n_res) if r != gpu]
     d_loc = grown.posterior["log_demand"][0][-1]
     mu = m.posterior["demand_mu"][0]
     torch.testing.assert_close(d_loc[unread], (mu + e[:n_res])[unread])
-    assert float(d_loc[gpu]) == pytest.approx(math.log(0.55) + gap)
+    # The read demand: the family-centred, widened prior times the reading's likelihood,
+    # moved as the fit moved its cold jobs; the intensity moved back by as much.
+    want = _expected_demand(
+        m, 0, gpu, {"gpu_util_pct": 0.55}, m.info["isolated_samples"],
+        centre=float(e[gpu]), widen=float(v[gpu]),
+    )
+    assert float(d_loc[gpu]) == pytest.approx(want, abs=1e-3)
+    i_loc = grown.posterior["log_intensity"][0][-1]
+    noise = float(m.posterior["metric_noise"][0].exp()[m.metrics.index("gpu_util_pct")])
+    prior_sd = math.sqrt(float(m.posterior["demand_sd"][0][gpu].exp()) ** 2
+                         + float(m.posterior["demand_mu"][1][gpu]) ** 2 + float(v[gpu]) ** 2)
+    read, _ = _quad_moments(
+        float(mu[gpu] + e[gpu]), prior_sd, [0.55], [noise], m.info["isolated_samples"]
+    )
+    delta = float(d_loc[gpu]) - read
+    assert float(i_loc[gpu]) == pytest.approx(float(e[2 * n_res + gpu]) - delta, abs=1e-3)
     # Borrowed from family A's members (all measured on both sides), not the nearest jobs.
     pairs = grown.measured
     assert pairs is not None and grown.info["cold_jobs_borrowing"] == ["new"]

@@ -338,3 +338,14 @@ def test_new_job_type_with_counters_goes_through_cold_start(
     bad["metadata"]["annotations"] = {KEY_COUNTERS: "gpu_util_pct"}
     r = http.post("/filter", json={"Pod": bad, "NodeNames": ["n1"]})
     assert r.status_code == 400 and "metric=number" in r.json()["Error"]
+    # How many samples the readings are means of travels with them to the cold-start path.
+    from interplace.serve import KEY_COUNTER_SAMPLES, parse_pod
+
+    weighed = pod("weighed", "third-new-net", 1)
+    weighed["metadata"]["annotations"] = {KEY_COUNTERS: "gpu_util_pct=90",
+                                          KEY_COUNTER_SAMPLES: "60"}
+    assert parse_pod(weighed).counter_samples == 60
+    assert sched.schedule(weighed, ["n1", "n2"]) == "n2"
+    weighed["metadata"]["annotations"][KEY_COUNTER_SAMPLES] = "0"
+    r = http.post("/filter", json={"Pod": weighed, "NodeNames": ["n1"]})
+    assert r.status_code == 400 and "counter-samples must be a whole number" in r.json()["Error"]

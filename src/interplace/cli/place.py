@@ -157,7 +157,8 @@ def register(sub: Subparsers) -> None:
         help="place jobs on GPUs so that predicted slowdown is smallest",
         description="Choose GPUs for each job of JOBS (columns job_id, job, gpus; optional "
         "family, comm_share, and counter columns such as gpu_util_pct, the mean isolated "
-        "readings of a job type the model was not fitted on) next to what STATE runs "
+        "readings of a job type the model was not fitted on, with counter_samples, how many "
+        "samples each is a mean of) next to what STATE runs "
         "(job_id, job, gpu), maximising the objective predicted by a fitted model. OUT gets "
         "one row per (job, GPU): job_id, job, gpu, speed_mean, speed_q05, speed_q95; pending "
         "jobs go to stderr and --pending-out.",

@@ -51,6 +51,7 @@ __all__ = [
     "MIN_WARM_JOBS",
     "align_cold_demand",
     "isolated_log_readings",
+    "isolated_samples",
     "readings_array",
     "readings_map",
 ]
@@ -93,6 +94,24 @@ def isolated_log_readings(
         out = np.log(mean)
     out[~(mean > 0)] = np.nan
     return out
+
+
+def isolated_samples(counters: Counters, n_jobs: int) -> int:
+    """The median number of samples in one isolated counter group (rounded, at least 1; 1
+    without any): how much one mean reading of an isolated run weighs in the fit, and so, by
+    default, a job added later from its mean readings
+    (:func:`~interplace.placement._cold.with_cold_jobs`).
+
+    >>> from interplace.datasets import synthetic
+    >>> from interplace.model._data import counters_from_samples
+    >>> data = synthetic(3, seed=0, samples_per_run=4)
+    >>> isolated_samples(counters_from_samples(data, ("job0", "job1", "job2")), 3)
+    4
+    """
+    solo = [g for g, _ in counters.solo(n_jobs)]
+    if not solo:
+        return 1
+    return max(1, round(float(np.median(counters.n[solo]))))
 
 
 def readings_map(

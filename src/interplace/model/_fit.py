@@ -25,7 +25,12 @@ from interplace._parallel import spawn_map
 from interplace.datasets.runs import CoLocationData
 from interplace.errors import InputError
 from interplace.model._cells import measured_pairs
-from interplace.model._coldscale import align_cold_demand, isolated_log_readings, readings_map
+from interplace.model._coldscale import (
+    align_cold_demand,
+    isolated_log_readings,
+    isolated_samples,
+    readings_map,
+)
 from interplace.model._data import (
     DEFAULT_RESOURCES,
     METRIC_RESOURCE,
@@ -482,7 +487,10 @@ def fit(
     Lucid's cold-start splits (``docs/benchmarks.md``, ten seeds): median MAE 0.0678 -> 0.0639
     without families, 0.0651 -> 0.0607 with them; random splits unchanged.
     ``info["demand_gap"]`` and ``info["cold_demand_shift"]`` record the warm median gaps and
-    the shifts per resource (and component); False leaves the posterior as SVI found it.
+    the shifts per resource (and component); False leaves the posterior as SVI found it. A
+    job added later from its counters is given the same shift, and its readings weigh as
+    ``info["isolated_samples"]`` samples (the median count of the fit's isolated counter
+    groups) unless the caller says otherwise.
 
     ``topology`` is needed only when a run places its jobs on different devices (its
     :meth:`~interplace.topology.Topology.domains` decide which resources they share). ``device``
@@ -626,6 +634,7 @@ def fit(
         "demand_gap": gaps,
         "cold_demand_shift": shifts,
         "isolated_readings": readings_map(readings, jobs, resources),
+        "isolated_samples": isolated_samples(counters, len(jobs)),
     }
     structure = InterferenceModel(
         jobs=jobs,

@@ -3,48 +3,67 @@ r"""Cold start at placement time: a new job type known only by its isolated coun
 A scheduler often meets a job type the model was never fitted on, but can read its NVML
 counters from a short isolated run (or a previous run of the same job). The model's cold-start
 path gives such a job a posterior from its counters and the population: this module adds it
-to a fitted model without refitting. For the new job :math:`n`, with mean isolated counter
-reading :math:`u_{m}` (a share of full scale) of each metric :math:`m` on resource
-:math:`r(m)` (:math:`u` below: the mean of :math:`u_m` over the metrics of one resource), the
-mean-field posterior rows are
+to a fitted model without refitting, giving the job what the fit gives its own jobs without
+co-located runs. For the new job :math:`n` and each resource :math:`r` that some of its
+metrics :math:`m \in M_r` read, with mean isolated readings :math:`u_m` (shares of full
+scale) over :math:`k` samples each, the log demand's posterior is the model's own: its prior
+times its counter likelihood of an isolated run, at the population's posterior means,
 
 .. math::
-    \log d_{nr} \sim \mathcal N\bigl(\log \max(u, 0.02) + \bar g_r,\ 0.05 / \max(u, 0.05)\bigr),
-    \ \eta_{nr} \sim \mathcal N(-\bar g_r, \hat\varsigma_r^2)
-    \ \text{(a counter read, below saturation)}, \qquad
-    \log d_{nr} \sim \mathcal N\bigl(\hat\mu_r,\ (\hat\sigma_r^2 + s_{\mu r}^2)^{1/2}\bigr)
-    \ \text{(no counter, or a saturated one)},
+    p(x) \propto \mathcal N\bigl(x;\ \hat\mu_r,\ \hat\sigma_r^2 + s_{\mu r}^2\bigr)
+    \prod_{m \in M_r} \mathcal N\bigl(u_m;\ \mathrm{cap}(e^{x}),\ \hat\nu_m^2 / k\bigr),
+
+integrated on a grid (:func:`read_demand`: mean :math:`m_{nr}`, sd :math:`s_{nr}`), and the
+mean-field rows are
+
+.. math::
+    \log d_{nr} \sim \mathcal N(m_{nr} + \Delta_r,\ s_{nr}^2), \quad
+    \eta_{nr} \sim \mathcal N(-\Delta_r, \hat\varsigma_r^2)
+    \ \text{(a resource read)}, \qquad
+    \log d_{nr} \sim \mathcal N\bigl(\hat\mu_r,\ \hat\sigma_r^2 + s_{\mu r}^2\bigr)
+    \ \text{(none)},
 
 .. math::
     \epsilon_{nr} \sim \mathcal N(0, 1), \quad \eta_{nr} \sim \mathcal N(0, \hat\varsigma_r^2)
-    \ \text{(otherwise)},
+    \ \text{(no reading)},
     \quad \beta_n \sim \mathcal N(0, \hat\omega^2), \quad
     u_{nl} \sim \mathcal N(0, \hat\lambda_l^2), \quad w_{nl} \sim \mathcal N(0, 1)
 
 (the last two only for a model with a pair term of rank :math:`L`; :math:`\hat\lambda_l` its
 components' spreads), with hats the posterior means of the population's latents
-(:math:`\bar g_r` the fitted jobs' median of posterior log demand minus their log
-reading, ``info["demand_gap"]``, which puts the new job's demand, hence its sensitivity, on
-their scale while keeping its pressure :math:`d e^{\eta}` at the reading, as the fit does for
-its own cold jobs (:mod:`interplace.model._coldscale`; 0 for a reading of 0 and for models
-fitted without it), :math:`\hat\mu_r` the demand location, :math:`s_{\mu r}` its posterior sd,
-:math:`\hat\sigma_r` the demand spread, :math:`\hat\varsigma_r` the intensity spread,
-:math:`\hat\omega` the reference-error scale).
-That is the model's own prior for a job given a counter reading with the fit's 5%-of-full-scale
-noise, conditioned on the population but not feeding back into it (a refit would also learn
-from the new job; with one isolated run it has nothing else to teach). A saturated counter
-(:math:`u \ge 0.98`) says only that the demand is at least full scale, so it keeps the
-population's prior. The sensitivity then follows the model's regression on demand, which is
-what makes the cold prediction depend on the counters. A mixture posterior (a fit with
-``restarts``) gives the new job these rows in each component, from that component's hats.
+(:math:`\hat\mu_r` the demand location, :math:`s_{\mu r}` its posterior sd,
+:math:`\hat\sigma_r` the demand spread, :math:`\hat\nu_m` metric :math:`m`'s per-sample
+noise, :math:`\hat\varsigma_r` the intensity spread, :math:`\hat\omega` the reference-error
+scale; ``cap`` the counters' smooth ``min(1, .)``). :math:`\Delta_r` is the shift the fit gave
+its own cold jobs' demand (``info["cold_demand_shift"]``, :mod:`interplace.model._coldscale`),
+which puts the demand, hence the sensitivity, on the fitted jobs' scale while keeping the
+pressure :math:`d e^{\eta}`; where the fit recorded none (it had no cold job reading
+:math:`r`) it is the fit's rule for a single cold job, :math:`\bar g_r - (m_{nr} - \log \bar
+u_{nr})` with :math:`\bar g_r` the fitted jobs' median gap (``info["demand_gap"]``) and
+:math:`\bar u_{nr}` the mean reading, for a reading of at least 5% of full scale, and 0
+otherwise (and for a reading of 0, and for models fitted without the step). :math:`k`
+defaults to the fit's median count per isolated reading (``info["isolated_samples"]``; 1
+for a model fitted before it was kept): a new job's readings weigh as the fit's own did.
+A saturated reading says only that the demand is at least about full scale, and the
+likelihood says just that. The conditioning is on the population, not feeding back into it
+(a refit would also learn from the new job; with one isolated run it has nothing else to
+teach). The sensitivity then follows the model's regression on demand, which is what makes
+the cold prediction depend on the counters. A mixture posterior (a fit with ``restarts``)
+gives the new job these rows in each component, from that component's hats.
+
+Until 2026-11-27 the read demand was :math:`\log \max(u, 0.02) + \bar g_r` with a fixed sd of
+:math:`0.05 / \max(u, 0.05)`, which took every reading as exact to 5% of full scale whatever
+the fit had learnt of the counters' noise; on Lucid's cold-start splits (one sample per
+reading, per-sample noise near 0.07-0.10) the fit's own cold jobs sat up to 0.3 below that
+on GPU compute, and the placement path trailed the fit (``docs/benchmarks.md``).
 
 *Families.* A new job given a family the model was fitted with (``families``; a placed
 job's ``family``) starts from that family's effect, as the fit's own jobs do: with
 :math:`e_f` the posterior mean of the family's effect on each latent and :math:`v_f` its
-posterior sd, the rows above become :math:`\log d_{nr} \sim \mathcal N(\hat\mu_r +
-e^{d}_{fr}, (\hat\sigma_r^2 + s_{\mu r}^2 + v^{d\,2}_{fr})^{1/2})` (no usable counter; a
-counter read still sets it), :math:`\epsilon_{nr} \sim \mathcal N(e^{\epsilon}_{fr}, (1 +
-v^{\epsilon\,2}_{fr})^{1/2})`, :math:`\eta_{nr} \sim \mathcal N(e^{\eta}_{fr} - \bar g_r,
+posterior sd, the demand prior above becomes :math:`\mathcal N(\hat\mu_r + e^{d}_{fr},
+\hat\sigma_r^2 + s_{\mu r}^2 + v^{d\,2}_{fr})` (the row itself where no counter reads
+:math:`r`), :math:`\epsilon_{nr} \sim \mathcal N(e^{\epsilon}_{fr}, (1 +
+v^{\epsilon\,2}_{fr})^{1/2})`, :math:`\eta_{nr} \sim \mathcal N(e^{\eta}_{fr} - \Delta_r,
 (\hat\varsigma_r^2 + v^{\eta\,2}_{fr})^{1/2})` and :math:`\beta_n \sim \mathcal
 N(e^{\beta}_f, (\hat\omega^2 + v^{\beta\,2}_f)^{1/2})`, and it borrows its pair
 corrections from the family's measured members (below).
@@ -78,23 +97,22 @@ import torch
 from interplace.errors import InputError
 from interplace.model import METRIC_FULL_SCALE, METRIC_RESOURCE, InterferenceModel
 from interplace.model._cells import extended_pairs
-from interplace.model._coldscale import readings_array
+from interplace.model._coldscale import MIN_READING, readings_array
 from interplace.model._data import family_index
 from interplace.model._fit import MEASURED_DRAWS
+from interplace.model._net import smooth_cap
 
-__all__ = ["COLD_SITES", "with_cold_jobs"]
+__all__ = ["COLD_SITES", "read_demand", "with_cold_jobs"]
 
 COLD_SITES = ("log_demand", "sens_eps", "log_intensity", "iso_bias", "pair_u", "pair_w")
 """The per-job latent sites a cold job gets a row of; a model with any other per-job site
 (a later model format) is refused rather than extended wrongly."""
 
-_SATURATED = 0.98
-
-
 def with_cold_jobs(
     model: InterferenceModel,
     counters: Mapping[str, Mapping[str, float]],
     families: Mapping[str, str] | None = None,
+    samples: int | Mapping[str, int] | None = None,
 ) -> InterferenceModel:
     """``model`` with each new job type of ``counters`` (metric -> mean isolated reading) added.
 
@@ -106,6 +124,10 @@ def with_cold_jobs(
     puts a new type in one of the model's families (module docstring, *Families*); a family
     the model was not fitted with (or any, for a model without families) is not used, and
     :meth:`~interplace.model.InterferenceModel.family_map` of the result shows what was.
+    ``samples`` (one count, or new job type -> count) is how many samples each mean reading
+    is over, which sets its weight against the population prior; by default the fit's
+    median count per isolated reading (``info["isolated_samples"]``; 1 for a model fitted
+    before it was kept), i.e. a reading taken as the fit's own isolated runs were.
 
     >>> from interplace.datasets import synthetic
     >>> from interplace.model import Query, fit
@@ -133,15 +155,15 @@ def with_cold_jobs(
         )
     known = set(model.jobs)
     res_index = {r: i for i, r in enumerate(model.resources)}
-    # Each new job's usable readings: (resource index, share of full scale below saturation).
-    reads: dict[str, list[tuple[int, float]]] = {}
-    logs: dict[str, dict[str, float]] = {}  # log readings, saturated ones too (for mates)
+    # Each new job's readings per resource index: (metric, share of full scale) each.
+    reads: dict[str, dict[int, list[tuple[str, float]]]] = {}
+    logs: dict[str, dict[str, float]] = {}  # log mean share per resource (for mates)
     for job, readings in counters.items():
         if not isinstance(job, str) or not job.strip() or job != job.strip():
             raise InputError(f"cold job names must be non-empty names, not {job!r}")
         if job in known:
             raise InputError(f"job type {job!r} is already in the model")
-        shares: dict[int, list[float]] = {}
+        shares: dict[int, list[tuple[str, float]]] = {}
         for metric, value in _readings(job, readings):
             if metric not in METRIC_RESOURCE:
                 raise InputError(
@@ -150,21 +172,24 @@ def with_cold_jobs(
                 )
             r = res_index.get(METRIC_RESOURCE[metric])
             if r is not None:
-                shares.setdefault(r, []).append(value / _full_scale(model, metric))
-        # Several metrics of one resource are averaged, as the fit's readings are
-        # (interplace.model._coldscale.isolated_log_readings), then the saturation rule applies.
-        means = {r: sum(u) / len(u) for r, u in shares.items()}
-        reads[job] = [(r, u) for r, u in sorted(means.items()) if u < _SATURATED]
-        logs[job] = {model.resources[r]: math.log(u) for r, u in sorted(means.items()) if u > 0}
+                shares.setdefault(r, []).append((metric, value / _full_scale(model, metric)))
+        reads[job] = {r: sorted(shares[r]) for r in sorted(shares)}
+        # The mean share per resource, as the fit's isolated readings are
+        # (interplace.model._coldscale.isolated_log_readings).
+        means = {r: sum(u for _, u in v) / len(v) for r, v in reads[job].items()}
+        logs[job] = {model.resources[r]: math.log(u) for r, u in means.items() if u > 0}
     fam = _new_families(model, reads, families or {})
-    gap = _demand_gap(model)
+    weight = _sample_counts(model, reads, samples)
+    gap, shift = _demand_gap(model, "demand_gap"), _demand_gap(model, "cold_demand_shift")
     if model.components == 1:
-        post = _with_rows(model.posterior, reads, len(model.resources), gap[0], fam)
+        post = _with_rows(
+            model.posterior, model.metrics, reads, weight, gap[0], shift[0], fam
+        )
     else:
         parts = [
             _with_rows(
                 {k: (loc[c], scale[c]) for k, (loc, scale) in model.posterior.items()},
-                reads, len(model.resources), gap[c], fam,
+                model.metrics, reads, weight, gap[c], shift[c], fam,
             )
             for c in range(model.components)
         ]
@@ -279,16 +304,21 @@ def _new_families(
 
 def _with_rows(
     posterior: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
-    reads: Mapping[str, list[tuple[int, float]]],
-    n_res: int,
+    metrics: tuple[str, ...],
+    reads: Mapping[str, Mapping[int, list[tuple[str, float]]]],
+    samples: Mapping[str, int],
     gap: torch.Tensor,
+    shift: torch.Tensor,
     fam: Mapping[str, tuple[str, int] | None],
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """One mean-field posterior with a row for each new job of ``reads`` (module docstring).
 
-    ``gap``: ``(R,)`` the fitted jobs' median gap of log demand below log reading (0 where the
-    fit recorded none); ``fam``: each new job's family (:func:`_new_families`)."""
+    ``metrics``: the model's counter metrics (the order of ``metric_noise``); ``samples``:
+    each new job's sample count per reading; ``gap``, ``shift``: ``(R,)`` the fit's warm
+    median gap of log demand below log reading and the shift it gave its own cold jobs (NaN
+    where it recorded none); ``fam``: each new job's family (:func:`_new_families`)."""
     post = {k: (loc.clone(), scale.clone()) for k, (loc, scale) in posterior.items()}
+    n_res = int(post["demand_mu"][0].shape[-1])
     family_of = _family_rows(post, fam, n_res)
 
     def mean_of(site: str) -> torch.Tensor:
@@ -298,23 +328,34 @@ def _with_rows(
     demand_sd = mean_of("demand_sd").exp()
     intensity_sd = mean_of("intensity_sd").exp()
     bias_scale = mean_of("iso_bias_scale").exp().reshape(())
+    noise = mean_of("metric_noise").exp()
     prior_scale = torch.sqrt(demand_sd**2 + mu_scale**2)
     rows: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {
         s: [] for s in COLD_SITES if s in post
     }
     pair_scale = mean_of("pair_scale").exp() if "pair_scale" in post else None
-    for job, usable in reads.items():
+    for job, by_resource in reads.items():
         # The family's effect (none: zero) centres the job's prior, and its posterior
         # spread adds to the prior's.
         e_loc, e_sd = family_of[job]
         d_loc = mu_loc + e_loc[:n_res]
         d_scale = _widened(prior_scale, e_sd, slice(0, n_res))
         i_loc = e_loc[2 * n_res : 3 * n_res].clone()
-        for r, u in usable:
-            shift = float(gap[r]) if u > 0 else 0.0
-            d_loc[r] = math.log(max(u, 0.02)) + shift
-            d_scale[r] = 0.05 / max(u, 0.05)
-            i_loc[r] -= shift
+        for r, shares in by_resource.items():
+            sigma = [_metric_noise(noise, metrics, metric) for metric, _ in shares]
+            m, sd = read_demand(
+                float(d_loc[r]), float(d_scale[r]), [u for _, u in shares], sigma,
+                samples[job],
+            )
+            mean_share = sum(u for _, u in shares) / len(shares)
+            delta = 0.0
+            if mean_share > 0 and not math.isnan(float(shift[r])):
+                delta = float(shift[r])
+            elif mean_share >= MIN_READING and not math.isnan(float(gap[r])):
+                delta = float(gap[r]) - (m - math.log(mean_share))
+            d_loc[r] = m + delta
+            d_scale[r] = sd
+            i_loc[r] -= delta
         rows["log_demand"].append((d_loc, d_scale))
         ones = torch.ones(n_res, dtype=torch.float64)
         rows["sens_eps"].append(
@@ -337,6 +378,94 @@ def _with_rows(
             torch.cat([old_scale, torch.stack([b for _, b in new])]),
         )
     return post
+
+
+def read_demand(
+    loc: float, scale: float, shares: list[float], noise: list[float], samples: int
+) -> tuple[float, float]:
+    r"""Posterior mean and sd of a job's log demand :math:`x` on one resource, given the mean
+    readings ``shares`` :math:`u_m` (shares of full scale) of its metrics, each over
+    ``samples`` :math:`n` samples with per-sample noise ``noise`` :math:`\sigma_m`, and the
+    prior :math:`\mathcal N(` ``loc``, ``scale`` :math:`^2)`:
+
+    .. math::
+        p(x \mid u) \propto \mathcal N(x;\ \mathrm{loc}, \mathrm{scale}^2)
+        \prod_m \mathcal N\bigl(u_m;\ \mathrm{cap}(e^{x}),\ \sigma_m^2 / n\bigr),
+
+    the model's own counter likelihood of an isolated run (:func:`~interplace.model._net.
+    counter_mean`, ``cap`` its smooth ``min(1, .)``), integrated on a grid (4,001 points over
+    the prior's and the readings' range, then again over ten posterior sd either side of the
+    mean). A saturated reading says only that the demand is at least about full scale; a
+    reading of 0 that it is small.
+
+    >>> m, sd = read_demand(-1.0, 1.0, [0.5], [0.05], 1)
+    >>> round(m, 2), round(sd, 2)
+    (-0.71, 0.1)
+    >>> m, sd = read_demand(-1.0, 1.0, [1.0], [0.05], 1)  # saturated: at least full scale
+    >>> m > -0.1 and sd > 0.3
+    True
+    """
+    lo = min(loc - 8.0 * scale, min(math.log(max(u, 1e-4)) for u in shares) - 2.0)
+    hi = max(loc + 8.0 * scale, 1.0)
+    m, sd = _grid_moments(lo, hi, loc, scale, shares, noise, samples)
+    step = (hi - lo) / (_GRID - 1)
+    if sd < 20 * step:  # a sharp posterior: integrate again around it
+        width = 10.0 * max(sd, step)
+        m, sd = _grid_moments(m - width, m + width, loc, scale, shares, noise, samples)
+    return m, sd
+
+
+_GRID = 4001
+
+
+def _grid_moments(
+    lo: float, hi: float, loc: float, scale: float, shares: list[float], noise: list[float],
+    samples: int,
+) -> tuple[float, float]:
+    x = torch.linspace(lo, hi, _GRID, dtype=torch.float64)
+    cap = smooth_cap(x.exp())
+    logp = -0.5 * ((x - loc) / scale) ** 2
+    for u, sigma in zip(shares, noise, strict=True):
+        logp = logp - 0.5 * samples * ((u - cap) / sigma) ** 2
+    w = torch.softmax(logp, 0)
+    m = float((w * x).sum())
+    return m, math.sqrt(max(float((w * (x - m) ** 2).sum()), 0.0))
+
+
+def _metric_noise(noise: torch.Tensor, metrics: tuple[str, ...], metric: str) -> float:
+    """The fitted per-sample noise of ``metric`` (a share of full scale): its own, or for a
+    metric the model was fitted without, the mean over the model's metrics of its resource
+    (of all its metrics if none reads it; the prior's median, 0.05, without any)."""
+    if metric in metrics:
+        return float(noise[metrics.index(metric)])
+    same = [i for i, m in enumerate(metrics) if METRIC_RESOURCE[m] == METRIC_RESOURCE[metric]]
+    if same:
+        return float(noise[same].mean())
+    return float(noise[: len(metrics)].mean()) if metrics else 0.05
+
+
+def _sample_counts(
+    model: InterferenceModel, reads: Mapping[str, object], samples: int | Mapping[str, int] | None
+) -> dict[str, int]:
+    """Each new job's sample count per reading (``samples`` of :func:`with_cold_jobs`)."""
+    default = model.info.get("isolated_samples", 1)
+    if isinstance(default, bool) or not isinstance(default, int) or default < 1:
+        raise InputError(f"this model's info['isolated_samples'] is not a count: {default!r}")
+    if samples is None:
+        return dict.fromkeys(reads, default)
+    given = samples if isinstance(samples, Mapping) else dict.fromkeys(reads, samples)
+    extra = sorted(set(given) - set(reads))
+    if extra:
+        raise InputError(
+            f"samples given for job type(s) {', '.join(map(repr, extra))} that are not added"
+        )
+    out = {}
+    for job in reads:
+        n = given.get(job, default)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise InputError(f"cold job {job!r}: samples must be a whole number >= 1, not {n!r}")
+        out[job] = n
+    return out
 
 
 def _family_rows(
@@ -365,13 +494,15 @@ def _widened(base: torch.Tensor, sd: torch.Tensor | None, part: slice | int) -> 
     return torch.sqrt(base**2 + sd[part] ** 2)
 
 
-def _demand_gap(model: InterferenceModel) -> torch.Tensor:
-    """``(K, R)`` the fit's warm median gap per component and resource (``info["demand_gap"]``;
-    0 where none was recorded, as in models fitted before it or with ``cold_scale=False``)."""
-    gap = torch.zeros(model.components, len(model.resources), dtype=torch.float64)
-    recorded = model.info.get("demand_gap") or {}
+def _demand_gap(model: InterferenceModel, key: str) -> torch.Tensor:
+    """``(K, R)`` per component and resource the fit's ``info[key]``: ``"demand_gap"``, the
+    warm median gap, or ``"cold_demand_shift"``, the shift it gave its cold jobs
+    (:mod:`interplace.model._coldscale`); NaN where none was recorded (models fitted before
+    either, with ``cold_scale=False``, or without enough readings)."""
+    gap = torch.full((model.components, len(model.resources)), math.nan, dtype=torch.float64)
+    recorded = model.info.get(key) or {}
     if not isinstance(recorded, Mapping):
-        raise InputError("this model's info['demand_gap'] is not a resource -> gaps map")
+        raise InputError(f"this model's info[{key!r}] is not a resource -> values map")
     for name, values in recorded.items():
         if name not in model.resources:
             continue
@@ -380,7 +511,7 @@ def _demand_gap(model: InterferenceModel) -> torch.Tensor:
             or not all(isinstance(v, int | float) and math.isfinite(v) for v in values)
         ):
             raise InputError(
-                f"this model's info['demand_gap'][{name!r}] is not {model.components} number(s)"
+                f"this model's info[{key!r}][{name!r}] is not {model.components} number(s)"
             )
         gap[:, model.resources.index(name)] = torch.tensor(values, dtype=torch.float64)
     return gap

@@ -239,8 +239,9 @@ def with_counters(
     """``model`` with the job types it lacks added from their jobs' counters (cold start).
 
     Types without counters are left for :class:`Problem` to refuse by name. A new type's
-    jobs' ``family`` puts it in that family of the model. Two jobs giving one new type
-    different readings, or different families, are refused. Only a fitted
+    jobs' ``family`` puts it in that family of the model, their ``counter_samples`` weigh its
+    readings. Two jobs giving one new type different readings, families or sample counts are
+    refused. Only a fitted
     :class:`~interplace.model.InterferenceModel` has a cold-start path.
     """
     from interplace.model import InterferenceModel
@@ -249,6 +250,7 @@ def with_counters(
     known = set(model.jobs)
     readings: dict[str, dict[str, float]] = {}
     families: dict[str, str | None] = {}
+    samples: dict[str, int | None] = {}
     all_jobs = list(jobs) + ([r.job for r in state.running] if state is not None else [])
     for j in all_jobs:
         if j.job in known or j.counters is None:
@@ -258,6 +260,8 @@ def with_counters(
             raise InputError(f"job type {j.job!r} is given two different counter readings")
         if families.setdefault(j.job, j.family) != j.family:
             raise InputError(f"job type {j.job!r} is given two different families")
+        if samples.setdefault(j.job, j.counter_samples) != j.counter_samples:
+            raise InputError(f"job type {j.job!r} is given two different counter_samples")
     if not readings:
         return model
     if not isinstance(model, InterferenceModel):
@@ -266,18 +270,20 @@ def with_counters(
             "no cold-start path (a fitted model has)"
         )
     named = {job: f for job, f in families.items() if f is not None}
+    counts = {job: n for job, n in samples.items() if n is not None}
     # Adding jobs costs a tenth of a second on a model of Lucid's size (the second stage's
     # draws and offsets for the new pairs) and gives the same model for the same input, so
     # each model keeps what it grew into for the inputs seen last (a scheduler asks again
     # and again about one pending job).
     key = tuple(sorted(
-        (job, tuple(sorted(r.items())), named.get(job)) for job, r in readings.items()
+        (job, tuple(sorted(r.items())), named.get(job), counts.get(job))
+        for job, r in readings.items()
     ))
     with _GROWN_LOCK:
         memo = _GROWN.setdefault(model, {})
         hit = memo.get(key)
     if hit is None:
-        hit = with_cold_jobs(model, readings, named)
+        hit = with_cold_jobs(model, readings, named, counts)
         with _GROWN_LOCK:
             if len(memo) >= _GROWN_SIZE:
                 memo.clear()

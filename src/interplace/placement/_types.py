@@ -53,7 +53,9 @@ class Job:
     (:mod:`interplace.placement._cold`); they are kept as a sorted tuple of pairs. ``family``
     puts such a new type in one of the model's families (its prior and its borrowed pair
     corrections come from the family); for a type the model knows it is informational (the
-    model already knows its jobs' families).
+    model already knows its jobs' families). ``counter_samples`` says how many samples each
+    of the ``counters``' mean readings is over (by default, as many as the fitted model's
+    own isolated readings were; more samples weigh a reading more against the population).
 
     >>> Job("j1", "resnet", gpus=2).gpus
     2
@@ -69,6 +71,7 @@ class Job:
     family: str | None = None
     comm_share: float = DEFAULT_COMM_SHARE
     counters: tuple[tuple[str, float], ...] | None = None
+    counter_samples: int | None = None
 
     def __post_init__(self) -> None:
         _check_name(self.job_id, "job_id")
@@ -95,6 +98,14 @@ class Job:
                     )
                 pairs.append((name, float(value)))
             object.__setattr__(self, "counters", tuple(sorted(pairs)) or None)
+        n = self.counter_samples
+        if n is not None:
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise InputError(
+                    f"job {self.job_id}: counter_samples must be a whole number >= 1, not {n!r}"
+                )
+            if self.counters is None:
+                raise InputError(f"job {self.job_id}: counter_samples given without counters")
 
 
 @dataclass(frozen=True)

@@ -4,14 +4,15 @@ Jobs table: ``job_id``, ``job`` (a job type the model knows), ``gpus`` (default 
 optional ``family`` and ``comm_share`` (default :data:`~interplace.placement.DEFAULT_COMM_SHARE`)
 and counter columns named as :data:`interplace.model.METRIC_RESOURCE` (``gpu_util_pct``,
 ``mem_util_pct``, ...): a row's readings of an isolated run, which place a job type the model
-does not know by its cold-start path.
+does not know by its cold-start path, with an optional ``counter_samples``, how many samples
+each reading is a mean of (default: as the model's own isolated readings).
 State table: one row per (running job, GPU): ``job_id``, ``job``, ``gpu``, optional
 ``comm_share``. Placement table: one row per (job, GPU): ``job_id``, ``job``, ``gpu``,
 ``speed_mean``, ``speed_q05``, ``speed_q95``.
 
 >>> import pandas as pd
 >>> jobs_from_frame(pd.DataFrame({"job_id": ["a", "b"], "job": ["x", "y"], "gpus": [1, 2]}))
-[Job(job_id='a', job='x', gpus=1, family=None, comm_share=0.2, counters=None), Job(job_id='b', job='y', gpus=2, family=None, comm_share=0.2, counters=None)]
+[Job(job_id='a', job='x', gpus=1, family=None, comm_share=0.2, counters=None, counter_samples=None), Job(job_id='b', job='y', gpus=2, family=None, comm_share=0.2, counters=None, counter_samples=None)]
 """  # noqa: E501
 
 from __future__ import annotations
@@ -136,10 +137,15 @@ def jobs_from_frame(frame: pd.DataFrame, where: str = "jobs table") -> list[Job]
                 counters[metric] = float(v)
             except (TypeError, ValueError):
                 raise InputError(f"{where} row {row}: {metric} {v!r} is not a number") from None
+        samples = None
+        if "counter_samples" in has:
+            v = rec["counter_samples"]
+            if v is not None and not (isinstance(v, float) and math.isnan(v)):
+                samples = _int(v, "counter_samples", row, where)
         try:
             jobs.append(
                 Job(job_id, _text(rec["job"], "job", row, where), gpus, family, share,
-                    tuple(sorted(counters.items())) or None)
+                    tuple(sorted(counters.items())) or None, samples)
             )
         except InputError as exc:
             raise InputError(f"{where} row {row}: {exc}") from None

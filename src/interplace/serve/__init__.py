@@ -5,8 +5,10 @@ kube-scheduler calls it over HTTP (``filter``, ``prioritize``, ``bind``, ``preem
 ``extenders:`` stanza of its ``KubeSchedulerConfiguration`` says (``deploy/kubernetes/``). A pod
 names its job type with the label or annotation ``interplace.io/job-type`` and its GPUs with
 the ``nvidia.com/gpu`` limit (a type the model never saw can bring its isolated counters in
-the annotation ``interplace.io/counters``, e.g. ``gpu_util_pct=85,mem_util_pct=40``, and
-its family in ``interplace.io/family``: it is then placed by the model's cold-start path);
+the annotation ``interplace.io/counters``, e.g. ``gpu_util_pct=85,mem_util_pct=40``, how
+many samples each reading is a mean of in ``interplace.io/counter-samples`` (default: as the
+model's own), and its family in ``interplace.io/family``: it is then placed by the model's
+cold-start path);
 the extender drops nodes it cannot fit, scores
 the rest by the predicted slowdown of the best placement there (for the pod and the pods
 already there), and on ``bind`` records the chosen GPU ids on the pod (``interplace.io/gpus``)
@@ -23,6 +25,7 @@ from interplace.serve._pods import (
     ANNOTATION_GPUS,
     GPU_RESOURCE,
     KEY_COMM_SHARE,
+    KEY_COUNTER_SAMPLES,
     KEY_COUNTERS,
     KEY_FAMILY,
     KEY_JOB_TYPE,
@@ -35,6 +38,7 @@ __all__ = [
     "GPU_RESOURCE",
     "KEY_COMM_SHARE",
     "KEY_COUNTERS",
+    "KEY_COUNTER_SAMPLES",
     "KEY_FAMILY",
     "KEY_JOB_TYPE",
     "MAX_BODY",

@@ -228,7 +228,9 @@ class Extender:
         kwargs: dict[str, Any] = {}
         if pod.comm_share is not None:
             kwargs["comm_share"] = pod.comm_share
-        return Job(pod.key, pod.job_type, pod.gpus, pod.family, counters=pod.counters, **kwargs)
+        samples = pod.counter_samples if pod.counters else None
+        return Job(pod.key, pod.job_type, pod.gpus, pod.family, counters=pod.counters,
+                   counter_samples=samples, **kwargs)
 
     def _best(self, pod: PodRequest, job: Job, node: str) -> tuple[float, tuple[str, ...]] | None:
         """(predicted gain, GPUs) of the best placement of ``job`` on ``node``, or None."""
@@ -236,7 +238,8 @@ class Extender:
         if view is None:
             return None
         topo, state, reserved, state_key = view
-        key = (job.job, job.gpus, job.comm_share, job.counters, job.family, state_key)
+        key = (job.job, job.gpus, job.comm_share, job.counters, job.counter_samples, job.family,
+               state_key)
         if key in self._scores:
             return self._scores[key]
         base = place(topo, self.model, [], state, policy=self.policy,

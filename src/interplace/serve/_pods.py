@@ -13,6 +13,8 @@ __all__ = [
     "ANNOTATION_GPUS",
     "GPU_RESOURCE",
     "KEY_COMM_SHARE",
+    "KEY_COUNTERS",
+    "KEY_COUNTER_SAMPLES",
     "KEY_FAMILY",
     "KEY_JOB_TYPE",
     "PodRequest",
@@ -28,6 +30,9 @@ KEY_COUNTERS = "interplace.io/counters"
 """Optional annotation: a new job type's isolated counter readings, ``metric=value`` pairs
 joined by commas (``"gpu_util_pct=85,mem_util_pct=40"``), which let the model place a type it
 was never fitted on through its cold-start path."""
+KEY_COUNTER_SAMPLES = "interplace.io/counter-samples"
+"""Optional annotation: how many samples each of :data:`KEY_COUNTERS`' readings is a mean
+of, a whole number (default: as many as the model's own isolated readings were)."""
 KEY_COMM_SHARE = "interplace.io/comm-share"
 """Optional annotation: a multi-GPU job's share of step time in all-reduce (0..1)."""
 ANNOTATION_GPUS = "interplace.io/gpus"
@@ -51,6 +56,7 @@ class PodRequest:
     gpus: int
     comm_share: float | None
     counters: tuple[tuple[str, float], ...] | None = None
+    counter_samples: int | None = None
     node: str | None = None
     assigned_gpus: tuple[str, ...] = ()
     phase: str = ""
@@ -134,6 +140,18 @@ def parse_pod(pod: Any) -> PodRequest:
             if not sep or not name.strip():
                 raise InputError(f"{KEY_COUNTERS}: {part!r} is not metric=number")
         counters = tuple(sorted(pairs))
+    samples = None
+    samples_text = _meta_value(meta, KEY_COUNTER_SAMPLES)
+    if samples_text is not None:
+        try:
+            f = float(samples_text)
+        except ValueError:
+            raise InputError(f"{KEY_COUNTER_SAMPLES} {samples_text!r} is not a number") from None
+        if not math.isfinite(f) or f != int(f) or f < 1:
+            raise InputError(
+                f"{KEY_COUNTER_SAMPLES} must be a whole number >= 1, not {samples_text}"
+            )
+        samples = int(f)
     annotations = meta.get("annotations") or {}
     assigned = annotations.get(ANNOTATION_GPUS) if isinstance(annotations, Mapping) else None
     status = pod.get("status") or {}
@@ -147,6 +165,7 @@ def parse_pod(pod: Any) -> PodRequest:
         gpus=gpus,
         comm_share=share,
         counters=counters,
+        counter_samples=samples,
         node=spec.get("nodeName") or None,
         assigned_gpus=tuple(g for g in str(assigned).split(",") if g) if assigned else (),
         phase=str(status.get("phase") or "") if isinstance(status, Mapping) else "",
