@@ -121,10 +121,13 @@ def test_a_missing_extra_is_reported_not_raised() -> None:
     assert out["soft_impute"]["mae"] is not None
 
 
-def test_evaluate_reports_the_peers_beside_the_model() -> None:
+def test_evaluate_reports_the_peers_beside_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
     data = synthetic(5, seed=0, samples_per_run=4)
     # What is checked is the report beside the model, not the model: one restart (the
-    # default mixture's restarts are test_restarts.py's).
+    # default mixture's restarts are test_restarts.py's), and one outer bag for the EBM (its
+    # four bags take about 20 s on this data on 2 cores; the EBM itself is tested above).
+    monkeypatch.setitem(PEERS, "ebm", lambda d, f, s: fit_ebm(d, families=f, seed=s,
+                                                             outer_bags=1))
     r = evaluate(data, seed=0, steps=200, fit_kwargs={"min_steps": 200, "restarts": 1})
     assert set(r["peers"]) == set(PEERS)
     assert r["best_peer"] in PEERS

@@ -180,7 +180,7 @@ def with_cold_jobs(
         logs[job] = {model.resources[r]: math.log(u) for r, u in means.items() if u > 0}
     fam = _new_families(model, reads, families or {})
     weight = _sample_counts(model, reads, samples)
-    gap, shift = _demand_gap(model, "demand_gap"), _demand_gap(model, "cold_demand_shift")
+    gap, shift = _per_resource(model, "demand_gap"), _per_resource(model, "cold_demand_shift")
     if model.components == 1:
         post = _with_rows(
             model.posterior, model.metrics, reads, weight, gap[0], shift[0], fam
@@ -438,7 +438,7 @@ def _metric_noise(noise: torch.Tensor, metrics: tuple[str, ...], metric: str) ->
     (of all its metrics if none reads it; the prior's median, 0.05, without any)."""
     if metric in metrics:
         return float(noise[metrics.index(metric)])
-    same = [i for i, m in enumerate(metrics) if METRIC_RESOURCE[m] == METRIC_RESOURCE[metric]]
+    same = [i for i, m in enumerate(metrics) if METRIC_RESOURCE.get(m) == METRIC_RESOURCE[metric]]
     if same:
         return float(noise[same].mean())
     return float(noise[: len(metrics)].mean()) if metrics else 0.05
@@ -494,7 +494,7 @@ def _widened(base: torch.Tensor, sd: torch.Tensor | None, part: slice | int) -> 
     return torch.sqrt(base**2 + sd[part] ** 2)
 
 
-def _demand_gap(model: InterferenceModel, key: str) -> torch.Tensor:
+def _per_resource(model: InterferenceModel, key: str) -> torch.Tensor:
     """``(K, R)`` per component and resource the fit's ``info[key]``: ``"demand_gap"``, the
     warm median gap, or ``"cold_demand_shift"``, the shift it gave its cold jobs
     (:mod:`interplace.model._coldscale`); NaN where none was recorded (models fitted before
