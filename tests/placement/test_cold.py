@@ -65,6 +65,29 @@ def test_cold_start_refusals(small_model: InterferenceModel, toy: MeasuredSpeeds
         Job("b", "new", counters={"gpu_util_pct": -1.0})
 
 
+def test_a_model_with_as_many_jobs_as_resources_or_metrics_takes_cold_jobs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Per-job sites are known by name, not by a first axis as long as the job list (which
+    # per-resource and per-metric sites also have when the counts agree); a site the cold
+    # start has no rule for (a later model format) is refused.
+    import interplace.placement._cold as cold
+    from interplace.datasets import synthetic
+    from interplace.model import fit
+    from interplace.model._net import SUPPORT
+
+    assert set(SUPPORT) == set(cold._REVIEWED)  # a new site needs a cold-start rule first
+    for n in (5, 6):
+        m = fit(synthetic(n, seed=1, samples_per_run=3), seed=0, steps=50, min_steps=50,
+                restarts=1)
+        assert n in (len(m.resources), len(m.metrics))
+        grown = with_cold_jobs(m, {"new": {"gpu_util_pct": 50.0}})
+        assert grown.jobs[-1] == "new"
+    monkeypatch.setattr(cold, "_REVIEWED", tuple(x for x in cold._REVIEWED if x != "iso_bias"))
+    with pytest.raises(InputError, match="latent site\\(s\\) iso_bias have no cold-start"):
+        with_cold_jobs(m, {"new": {"gpu_util_pct": 50.0}})
+
+
 def test_cli_reads_counter_columns(
     tmp_path: Path, small_model: InterferenceModel, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -512,6 +535,44 @@ def test_a_family_the_model_does_not_know_is_not_used(
         with_cold_jobs(families_model, counters, {"other": "A"})
     with pytest.raises(InputError, match="family must be a non-empty name"):
         with_cold_jobs(families_model, counters, {"new": " A"})
+
+
+def test_a_new_job_of_unknown_family_takes_the_mixture_of_the_fitted_families(
+    families_model: InterferenceModel,
+) -> None:
+    # Every fitted job has a family (four in A, four in B): a new job without a known one
+    # belongs to one of them, which unknown, and starts from their moment-matched mixture,
+    # weighted by the families' sizes (here equal).
+    m = families_model
+    n_res = len(m.resources)
+    grown = with_cold_jobs(m, {"new": {"gpu_util_pct": 55.0}})
+    assert grown.family_map()["new"] is None
+    loc, sd = m.posterior["family_effect"]
+    centre = loc.mean(0)
+    spread = ((sd**2 + (loc - centre) ** 2).mean(0)).sqrt()
+    eps_loc, eps_sd = (t[-1] for t in grown.posterior["sens_eps"])
+    torch.testing.assert_close(eps_loc, centre[n_res : 2 * n_res])
+    torch.testing.assert_close(eps_sd, torch.sqrt(1 + spread[n_res : 2 * n_res] ** 2))
+    bias_loc, bias_sd = (t[-1] for t in grown.posterior["iso_bias"])
+    torch.testing.assert_close(bias_loc, centre[3 * n_res])
+    omega = m.posterior["iso_bias_scale"][0].exp().reshape(())
+    torch.testing.assert_close(bias_sd, torch.sqrt(omega**2 + spread[3 * n_res] ** 2))
+
+
+def test_where_some_fitted_jobs_have_no_family_a_new_one_without_is_like_them() -> None:
+    # A fit whose jobs include some of no family learnt what "no family" is (the zero
+    # effect); a new job without a family takes it, as those jobs do.
+    from interplace.datasets import synthetic
+    from interplace.model import fit
+
+    data = synthetic(6, seed=1, samples_per_run=4)
+    family = {f"job{i}": "A" if i < 3 else None for i in range(6)}
+    m = fit(data, seed=3, steps=200, min_steps=200, restarts=1, family=family)
+    grown = with_cold_jobs(m, {"new": {"gpu_util_pct": 55.0}})
+    n_res = len(m.resources)
+    eps_loc, eps_sd = (t[-1] for t in grown.posterior["sens_eps"])
+    assert torch.equal(eps_loc, torch.zeros(n_res, dtype=eps_loc.dtype))
+    assert torch.equal(eps_sd, torch.ones(n_res, dtype=eps_sd.dtype))
 
 
 def test_placement_passes_a_new_jobs_family(families_model: InterferenceModel) -> None:
