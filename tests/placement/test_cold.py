@@ -605,6 +605,12 @@ def test_cli_place_names_a_new_types_family(
     printed = capsys.readouterr()
     assert code == 0, printed.err
     assert "new-net (pair corrections from family B)" in printed.out
+    jobs.write_text("job_id,job,gpus,gpu_util_pct\nb,other-net,1,75\n")
+    assert main(["place", "--model", str(model_dir), "--topology", "pcie-8gpu",
+                 "--jobs", str(jobs), "--out", str(out)]) == 0
+    assert ("other-net (family unknown: started from the mixture of the fitted families; pair "
+            "corrections from the 5 fitted jobs with the nearest counters)"
+            ) in capsys.readouterr().out
     jobs.write_text("job_id,job,gpus\na,job0,1\n")
     assert main(["place", "--model", str(model_dir), "--topology", "pcie-8gpu",
                  "--jobs", str(jobs), "--out", str(out)]) == 0

@@ -96,8 +96,11 @@ def _cold_note(
     added = grown.jobs[len(fitted.jobs):]  # with_cold_jobs appends the new types
     if not added:
         return None
+    from interplace.placement._cold import _family_members
+
     family = grown.family_map()
     borrowing = set(grown.info.get("cold_jobs_borrowing", []))
+    mixed = _family_members(fitted) is not None  # a job of no known family: their mixture
     parts = []
     for job in added:
         if job not in borrowing:
@@ -106,6 +109,8 @@ def _cold_note(
             how = f"pair corrections from family {family[job]}"
         else:
             how = "pair corrections from the 5 fitted jobs with the nearest counters"
+        if mixed and not family.get(job):
+            how = "family unknown: started from the mixture of the fitted families; " + how
         parts.append(f"{job} ({how})")
     return "note: job type(s) the model was not fitted on, added from their counters: " + (
         ", ".join(parts)
