@@ -75,7 +75,7 @@ mixture of the fitted families, weighted by their numbers :math:`n_f` of fitted 
 nearest fitted jobs). The zero effect of "no family" is what the fit learnt only where some
 of its jobs had none; there such a job keeps it. Measured on Lucid's family fits, a new job
 added without its family: held-out MAE 0.0733 with the zero effect, 0.0666 with the mixture
-(better on 7 of 10 seeds), 90% coverage 0.79 and 0.92 (``docs/benchmarks.md``).
+(better on 7 of 10 seeds), 90% coverage 0.79 and 0.91 (``docs/benchmarks.md``).
 
 *Pair corrections.* A fitted model's second stage (:mod:`interplace.model._cells`) corrects
 each pair the structure misfits; a fitted job never measured co-located borrows its
