@@ -410,9 +410,9 @@ def read_demand(
 
     the model's own counter likelihood of an isolated run (:func:`~interplace.model._net.
     counter_mean`, ``cap`` its smooth ``min(1, .)``), integrated on a grid (4,001 points over
-    the prior's and the readings' range, then again over ten posterior sd either side of the
-    mean). A saturated reading says only that the demand is at least about full scale; a
-    reading of 0 that it is small.
+    the prior's and the readings' range; a posterior narrower than 20 of those steps is
+    integrated again over ten posterior sd either side of its mean). A saturated reading says
+    only that the demand is at least about full scale; a reading of 0 that it is small.
 
     >>> m, sd = read_demand(-1.0, 1.0, [0.5], [0.05], 1)
     >>> round(m, 2), round(sd, 2)
