@@ -1,7 +1,7 @@
 """What better inference would buy: the same model's NUTS posterior against its SVI fit.
 
-Run: ``python benchmarks/inference_gap.py [--gavel v100 p100 k80] [--seeds 0 1 2]
-[--nuts 200] [--chain 0] [--chains 1] [--workers 2] [--out results.json]``
+Run: ``python benchmarks/inference_gap.py [--gavel v100 p100 k80] [--lucid PATH] [--seeds 0 1
+2] [--nuts 200] [--chain 0] [--chains 1] [--workers 2] [--out results.json]``
 
 For each Gavel data set and seed, on the split of ``evaluate`` (30% of co-located runs held
 out, seed ``seed``): the default fit (:func:`interplace.model.fit`, seed ``seed``), and NUTS on
@@ -19,6 +19,11 @@ With ``--chains K`` (K > 1) each split runs K chains, seeded ``--chain`` to ``--
 many) are scored as one posterior, the second stage computed from them too (one row per split
 in ``pooled``, medians over seeds in ``pooled_medians``): single chains of this model land in
 different modes, and a pooled posterior is what several chains of one sampler would report.
+
+``--lucid PATH`` adds Lucid's random splits (read from ``PATH``, the directory of
+``colocate_info.csv``; non-commercial licence, never copied), scored the same way; Lucid's
+default fit is one plain fit (its size is over the mixture's limit), so its chains start at
+that fit's medians. ``--gavel`` with no name leaves Gavel out.
 
 NUTS takes about 10-13 minutes per split on one core (26 jobs): this is a measurement of the
 gap the mean-field guide leaves, not a way to fit.
@@ -41,7 +46,7 @@ import torch
 from _reference import SampledModel, nuts
 from _results import save_json
 
-from interplace.datasets import load_gavel
+from interplace.datasets import CoLocationData, load_gavel, load_lucid
 from interplace.model import InterferenceModel, fit
 from interplace.model._cells import measured_pairs
 from interplace.model._data import observations_from_runs
@@ -54,15 +59,22 @@ def _scores(model: InterferenceModel, test: Any, n: int) -> dict[str, float]:
     return score(model, test, posterior=post)
 
 
-def _split(gpu: str, seed: int) -> tuple[Any, Any, dict[str, Any], InterferenceModel]:
+def _load(name: str) -> CoLocationData:
+    """``gavel-<gpu>`` from the package, or ``lucid:<path>`` from that directory."""
+    if name.startswith("lucid:"):
+        return load_lucid(name.removeprefix("lucid:"))
+    return load_gavel(name.removeprefix("gavel-")).data
+
+
+def _split(name: str, seed: int) -> tuple[Any, Any, dict[str, Any], InterferenceModel]:
     """The split of one data set and seed, soft-impute's MAE on it and the default SVI fit,
     scored (the SVI part of a row)."""
     torch.set_num_threads(1)
-    data = load_gavel(gpu).data
+    data = _load(name)
     train, test = holdout_split(data, holdout_frac=0.3, seed=seed)
     y = test["speed"].to_numpy(dtype=float)
     si = fit_soft_impute(train, seed=seed)
-    row: dict[str, Any] = {"data": f"gavel-{gpu}", "seed": seed,
+    row: dict[str, Any] = {"data": name.split(":")[0], "name": name, "seed": seed,
                            "soft_impute_mae": float(np.mean(np.abs(si.predict(test) - y)))}
     full = fit(train, seed=seed)
     structure = dataclasses.replace(full, measured=None)
@@ -102,11 +114,12 @@ def _ratios(row: dict[str, Any], kinds: tuple[str, ...]) -> dict[str, Any]:
     return row
 
 
-def one(gpu: str, seed: int, n: int, chain: int = 0,
+def one(name: str, seed: int, n: int, chain: int = 0,
         keep: bool = False) -> dict[str, Any]:
-    """The figures of one data set, seed and chain (module docstring); with ``keep`` the row
-    also holds the chain's draws (``"draws"``, tensors by site) for pooling."""
-    train, test, row, structure = _split(gpu, seed)
+    """The figures of one data set (``gavel-<gpu>`` or ``lucid:<path>``), seed and chain (module
+    docstring); with ``keep`` the row also holds the chain's draws (``"draws"``, tensors by
+    site) for pooling."""
+    train, test, row, structure = _split(name, seed)
     row["chain"] = chain
     start = time.perf_counter()
     draws = nuts(structure, train, n, seed=chain)
@@ -117,11 +130,11 @@ def one(gpu: str, seed: int, n: int, chain: int = 0,
     return _ratios(row, ("svi", "nuts"))
 
 
-def pooled(gpu: str, seed: int, chains: list[int],
+def pooled(name: str, seed: int, chains: list[int],
            draws: list[dict[str, torch.Tensor]]) -> dict[str, Any]:
     """The draws of several chains of one split, pooled (concatenated) and scored as one
     posterior."""
-    train, test, row, structure = _split(gpu, seed)
+    train, test, row, structure = _split(name, seed)
     row["chains"] = chains
     both = {k: torch.cat([d[k] for d in draws]) for k in draws[0]}
     row["nuts"] = _score_draws(structure, train, test, seed, both)
@@ -149,7 +162,8 @@ def _medians(rows: list[dict[str, Any]],
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--gavel", nargs="+", choices=("v100", "p100", "k80"), default=["v100"])
+    ap.add_argument("--gavel", nargs="*", choices=("v100", "p100", "k80"), default=["v100"])
+    ap.add_argument("--lucid", type=Path, help="also Lucid's random splits, read from PATH")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--nuts", type=int, default=200, metavar="N",
                     help="NUTS warm-up and kept draws (default 200)")
@@ -166,7 +180,12 @@ def main() -> None:
         ap.error("--chains must be at least 1")
     chains = list(range(args.chain, args.chain + args.chains))
     keep = args.chains > 1
-    jobs = [(gpu, seed, args.nuts, c, keep) for gpu in args.gavel for seed in args.seeds
+    names = [f"gavel-{gpu}" for gpu in args.gavel]
+    if args.lucid is not None:
+        if not Path(args.lucid, "colocate_info.csv").is_file():
+            ap.error(f"no Lucid data at {args.lucid}")
+        names.append(f"lucid:{args.lucid}")
+    jobs = [(name, seed, args.nuts, c, keep) for name in names for seed in args.seeds
             for c in chains]
     results: dict[str, Any] = {"nuts": args.nuts, "chain": args.chain, "chains": chains,
                                "splits": []}
@@ -193,8 +212,7 @@ def main() -> None:
         if len(rows) < len(chains):
             return None
         rows.sort(key=lambda r: r["chain"])
-        gpu = row["data"].removeprefix("gavel-")
-        return gpu, row["seed"], [r["chain"] for r in rows], [r["draws"] for r in rows]
+        return row["name"], row["seed"], [r["chain"] for r in rows], [r["draws"] for r in rows]
 
     def pool_done(row: dict[str, Any]) -> None:
         results["pooled"].append(row)

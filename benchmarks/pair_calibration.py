@@ -1,7 +1,8 @@
 """Calibration of the pair effects' credible intervals, on two kinds of synthetic truth.
 
 Run: ``python benchmarks/pair_calibration.py [--seeds 21 22] [--truth generator model]
-[--noise 0.03] [--draws 1000] [--out results.json]``
+[--noise 0.03] [--draws 1000] [--nuts N [--chains K] [--workers W]] [--map STEPS]
+[--out results.json]``
 
 Issue 15 asks that the posterior "cover the true pair effects at their nominal rate". For each
 data seed (the recovery test's: ``synthetic(12, seed, pair_rank=2, pair_scale=0.7,
@@ -38,13 +39,24 @@ means, seed 0) and scores it the same way: what the exact posterior would give, 
 the variational fit gives. ``--map STEPS`` scores the posterior mode (Adam on the log joint
 from the SVI medians; no coverage or error spread). NUTS is slow (about
 830 s for ``N = 300`` on one core per case).
+
+With ``--chains K`` (K > 1) each case runs K NUTS chains, seeded 0 to K - 1 and all started
+at the SVI medians, in ``--workers`` processes; each chain is scored alone (``nuts``, with its
+``chain``) and their draws pooled into one posterior (``nuts_pooled``; single chains of this
+model settle in different modes, ``benchmarks/inference_gap.py``). Each NUTS row also gives the
+pair components a chain keeps, ``rank``: how many shrinkage scales ``pair_scale`` have a
+posterior median above 0.3 (the recovery test's threshold); of a pooled posterior, the list of
+its chains' (components may swap places between chains, so the pooled scales' medians mean
+nothing).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -114,8 +126,9 @@ def _model_truth(data: CoLocationData, seed: int, noise: float) -> tuple[CoLocat
 class _Draws:
     """Fixed draws in the shape :func:`_score` reads from a model."""
 
-    def __init__(self, draws: dict[str, torch.Tensor]) -> None:
+    def __init__(self, draws: dict[str, torch.Tensor], components: int = 1) -> None:
         self._draws = draws
+        self.components = components  # pooled chains: no common medians (see _score)
         self.info = {"steps": None}
 
     def draws(self, num_samples: int, seed: int) -> dict[str, torch.Tensor]:
@@ -156,6 +169,37 @@ def _score(model: InterferenceModel | _Draws, truth: _Array, draws: int,
     }
 
 
+def _rank(d: dict[str, torch.Tensor]) -> int:
+    """Pair components kept by one chain's draws: shrinkage scales with median above 0.3."""
+    return int((d["pair_scale"].median(0).values > 0.3).sum())
+
+
+def _chain(model: InterferenceModel, data: CoLocationData, n: int,
+           seed: int) -> dict[str, torch.Tensor]:
+    """One NUTS chain (a worker process's job; torch on one thread, as :func:`nuts` sets)."""
+    return nuts(model, data, n, seed=seed)
+
+
+def _nuts_rows(model: InterferenceModel, data: CoLocationData, truth: _Array,
+               obs: Observations, n: int, chains: int, workers: int) -> list[dict[str, Any]]:
+    """The NUTS rows of one case: each chain alone, and pooled when there are several."""
+    if chains == 1:
+        runs = [nuts(model, data, n)]
+    else:
+        ctx = mp.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=min(workers, chains), mp_context=ctx) as pool:
+            futures = [pool.submit(_chain, model, data, n, c) for c in range(chains)]
+            runs = [f.result() for f in futures]
+    rows = [{"posterior": "nuts", "chain": c, "rank": _rank(d), **_score(_Draws(d), truth, n, obs)}
+            for c, d in enumerate(runs)]
+    if chains > 1:
+        both = {k: torch.cat([d[k] for d in runs]) for k in runs[0]}
+        rows.append({"posterior": "nuts_pooled", "chains": list(range(chains)),
+                     "rank": [_rank(d) for d in runs],
+                     **_score(_Draws(both, chains), truth, n * chains, obs)})
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[21, 22])
@@ -165,6 +209,10 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=1000)
     ap.add_argument("--nuts", type=int, default=0, metavar="N",
                     help="also score a NUTS reference posterior (N warm-up and N kept draws)")
+    ap.add_argument("--chains", type=int, default=1, metavar="K",
+                    help="NUTS chains per case, scored alone and pooled (default 1)")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="processes for the NUTS chains (default 1)")
     ap.add_argument("--map", type=int, default=0, metavar="STEPS",
                     help="also score the posterior mode (STEPS Adam steps from the SVI medians)")
     ap.add_argument("--out", type=Path)
@@ -187,9 +235,8 @@ def main() -> None:
                 rows.append({"seed": seed, "truth": kind, "posterior": "map",
                              **_score(mode, truth, 1, obs)})
             if args.nuts:
-                draws = _Draws(nuts(model, fitted_on, args.nuts))
-                rows.append({"seed": seed, "truth": kind, "posterior": "nuts",
-                             **_score(draws, truth, args.nuts, obs)})
+                rows += [{"seed": seed, "truth": kind, **row} for row in _nuts_rows(
+                    model, fitted_on, truth, obs, args.nuts, args.chains, args.workers)]
             for row in rows:
                 results["cases"].append(row)
                 print(json.dumps(row), file=sys.stderr)
