@@ -35,10 +35,12 @@ the posterior.
 ``--nuts N`` also draws a reference posterior of the same model on the same data by NUTS
 (``pyro.infer.NUTS`` on the fit's own :class:`~interplace.model._net.InterferenceNet`, one
 chain, ``N`` warm-up and ``N`` kept draws, tree depth up to 8, started at the SVI posterior
-means, seed 0) and scores it the same way: what the exact posterior would give, against what
+medians (of the default mixture's first component), seed 0) and scores it the same way: what the exact posterior would give, against what
 the variational fit gives. ``--map STEPS`` scores the posterior mode (Adam on the log joint
-from the SVI medians; no coverage or error spread). NUTS is slow (about
-830 s for ``N = 300`` on one core per case).
+from the SVI medians; no coverage or error spread). NUTS is slow: about 830 s for ``N = 300``
+on one core per case when it started from one plain fit (2026-11-25); from the default
+mixture's first component (a tempered fit) two chains ran over 28 CPU-minutes each without
+finishing (2026-11-27).
 
 With ``--chains K`` (K > 1) each case runs K NUTS chains, seeded 0 to K - 1 and all started
 at the SVI medians, in ``--workers`` processes; each chain is scored alone (``nuts``, with its
@@ -174,12 +176,6 @@ def _rank(d: dict[str, torch.Tensor]) -> int:
     return int((d["pair_scale"].median(0).values > 0.3).sum())
 
 
-def _chain(model: InterferenceModel, data: CoLocationData, n: int,
-           seed: int) -> dict[str, torch.Tensor]:
-    """One NUTS chain (a worker process's job; torch on one thread, as :func:`nuts` sets)."""
-    return nuts(model, data, n, seed=seed)
-
-
 def _nuts_rows(model: InterferenceModel, data: CoLocationData, truth: _Array,
                obs: Observations, n: int, chains: int, workers: int) -> list[dict[str, Any]]:
     """The NUTS rows of one case: each chain alone, and pooled when there are several."""
@@ -188,7 +184,8 @@ def _nuts_rows(model: InterferenceModel, data: CoLocationData, truth: _Array,
     else:
         ctx = mp.get_context("spawn")
         with ProcessPoolExecutor(max_workers=min(workers, chains), mp_context=ctx) as pool:
-            futures = [pool.submit(_chain, model, data, n, c) for c in range(chains)]
+            # One chain per task; nuts itself runs torch on one thread.
+            futures = [pool.submit(nuts, model, data, n, c) for c in range(chains)]
             runs = [f.result() for f in futures]
     rows = [{"posterior": "nuts", "chain": c, "rank": _rank(d), **_score(_Draws(d), truth, n, obs)}
             for c, d in enumerate(runs)]
