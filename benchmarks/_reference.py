@@ -44,10 +44,18 @@ def _tensors(model: InterferenceModel, data: CoLocationData) -> tuple[torch.Tens
 
 
 def nuts(model: InterferenceModel, data: CoLocationData, n: int,
-         seed: int = 0) -> dict[str, torch.Tensor]:
+         seed: int = 0, jit: bool = True) -> dict[str, torch.Tensor]:
     """``n`` NUTS draws (after ``n`` warm-up steps) of every latent of ``model``'s network on
     ``data``: ``pyro.infer.NUTS``, one chain, tree depth up to 8, started at the SVI posterior
-    medians, one thread. Returns ``(n, *shape)`` tensors by site (float64)."""
+    medians, one thread. Returns ``(n, *shape)`` tensors by site (float64).
+
+    With ``jit`` (the default since 2026-11-27) the log joint and its gradient are compiled
+    once by ``torch.jit.trace`` (NUTS's ``jit_compile``) and Pyro's validation is off: on
+    Gavel V100's network 2.1 ms a gradient against 6.1 ms (4.6 ms with validation off alone).
+    The chain is then the same in law, not bit for bit (the compiled graph sums in another
+    order)."""
+    import warnings
+
     import pyro
     from pyro.infer import MCMC, NUTS
     from pyro.infer.autoguide.initialization import init_to_value
@@ -58,11 +66,18 @@ def nuts(model: InterferenceModel, data: CoLocationData, n: int,
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        with pyro.settings.context(module_local_params=True):
+        with (
+            pyro.settings.context(module_local_params=True),
+            pyro.validation_enabled(not jit),
+            warnings.catch_warnings(),
+        ):
+            # torch.jit.trace warns about every Python scalar it freezes into the graph.
+            warnings.simplefilter("ignore")
             net = InterferenceNet(len(model.jobs), len(model.resources),
                                   max(len(model.metrics), 1), model.hyper, None, 0, model.rank)
             kernel = NUTS(  # type: ignore[no-untyped-call]
-                net, init_strategy=init_to_value(values=medians(model)), max_tree_depth=8
+                net, init_strategy=init_to_value(values=medians(model)), max_tree_depth=8,
+                jit_compile=jit, ignore_jit_warnings=True,
             )
             mcmc = MCMC(  # type: ignore[no-untyped-call]
                 kernel, num_samples=n, warmup_steps=n, disable_progbar=True

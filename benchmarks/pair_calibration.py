@@ -1,7 +1,8 @@
 """Calibration of the pair effects' credible intervals, on two kinds of synthetic truth.
 
 Run: ``python benchmarks/pair_calibration.py [--seeds 21 22] [--truth generator model]
-[--noise 0.03] [--draws 1000] [--nuts N [--chains K] [--workers W]] [--map STEPS]
+[--noise 0.03] [--draws 1000] [--nuts N [--chains K] [--workers W]
+[--nuts-start default|plain|library]] [--map STEPS]
 [--out results.json]``
 
 Issue 15 asks that the posterior "cover the true pair effects at their nominal rate". For each
@@ -34,22 +35,27 @@ the posterior.
 
 ``--nuts N`` also draws a reference posterior of the same model on the same data by NUTS
 (``pyro.infer.NUTS`` on the fit's own :class:`~interplace.model._net.InterferenceNet`, one
-chain, ``N`` warm-up and ``N`` kept draws, tree depth up to 8, started at the SVI posterior
-medians (of the default mixture's first component), seed 0) and scores it the same way: what the exact posterior would give, against what
-the variational fit gives. ``--map STEPS`` scores the posterior mode (Adam on the log joint
-from the SVI medians; no coverage or error spread). NUTS is slow: about 830 s for ``N = 300``
-on one core per case when it started from one plain fit (2026-11-25); from the default
-mixture's first component (a tempered fit) two chains ran over 28 CPU-minutes each without
-finishing (2026-11-27).
+chain, ``N`` warm-up and ``N`` kept draws, tree depth up to 8, seed 0, the log joint compiled
+by ``torch.jit.trace``; ``benchmarks/_reference.py``) and scores it the same way: what the
+exact posterior would give, against what the variational fit gives. Where the chains start,
+``--nuts-start``: ``default``, the SVI posterior medians of the default mixture's first
+component; ``plain``, those of one plain fit (``restarts=1, temper=1``); ``library``, the
+library's own exact-inference fit, ``fit(nuts=Nuts(K, N, N))``, whose chain :math:`c` starts
+at its own untempered SVI restart (its rows then also hold the fit's ``info["nuts"]``).
+``--map STEPS`` scores the posterior mode (Adam on the log joint from the SVI medians; no
+coverage or error spread). NUTS is slow: a chain of ``N = 300`` took about 830 s on one core
+uncompiled from one plain fit (2026-11-25), about 470 s compiled (2026-11-27); from the
+default mixture's first component (a tempered fit, noise 0.09) two uncompiled chains ran over
+28 CPU-minutes each without finishing (2026-11-27).
 
-With ``--chains K`` (K > 1) each case runs K NUTS chains, seeded 0 to K - 1 and all started
-at the SVI medians, in ``--workers`` processes; each chain is scored alone (``nuts``, with its
-``chain``) and their draws pooled into one posterior (``nuts_pooled``; single chains of this
-model settle in different modes, ``benchmarks/inference_gap.py``). Each NUTS row also gives the
-pair components a chain keeps, ``rank``: how many shrinkage scales ``pair_scale`` have a
-posterior median above 0.3 (the recovery test's threshold); of a pooled posterior, the list of
-its chains' (components may swap places between chains, so the pooled scales' medians mean
-nothing).
+With ``--chains K`` (K > 1) each case runs K NUTS chains, seeded 0 to K - 1 (all from the
+same start but with ``library``), in ``--workers`` processes; each chain is scored alone
+(``nuts``, with its ``chain``) and their draws pooled into one posterior (``nuts_pooled``;
+single chains of this model settle in different modes, ``benchmarks/inference_gap.py``). Each
+NUTS row also gives the pair components a chain keeps, ``rank``: how many shrinkage scales
+``pair_scale`` have a posterior median above 0.3 (the recovery test's threshold); of a pooled
+posterior, the list of its chains' (components may swap places between chains, so the pooled
+scales' medians mean nothing).
 """
 
 from __future__ import annotations
@@ -68,9 +74,9 @@ from _reference import medians, nuts, posterior_mode
 from _results import save_json
 
 from interplace.datasets import CoLocationData, synthetic
-from interplace.model import InterferenceModel, fit
+from interplace.model import InterferenceModel, Nuts, fit
 from interplace.model._data import Observations, observations_from_runs
-from interplace.model._net import log_speed, pressure, sensitivity
+from interplace.model._net import SUPPORT, log_speed, pressure, sensitivity
 
 _Array = np.ndarray[Any, Any]
 
@@ -176,10 +182,29 @@ def _rank(d: dict[str, torch.Tensor]) -> int:
     return int((d["pair_scale"].median(0).values > 0.3).sum())
 
 
+def _library_chains(data: CoLocationData, n: int, chains: int,
+                    workers: int) -> tuple[list[dict[str, torch.Tensor]], dict[str, Any]]:
+    """The chains of the library's exact-inference fit, ``fit(nuts=Nuts(chains, n, n))``
+    (seed 0, each chain from its own untempered SVI restart), as ``(n, *shape)`` draws per
+    chain, and the fit's ``info["nuts"]``."""
+    model = fit(data, seed=0, measured=False, nuts=Nuts(chains=chains, warmup=n, draws=n),
+                workers=workers)
+    flat = {k: (loc.exp() if SUPPORT[k] == "positive" else loc).to(torch.float64)
+            for k, (loc, _) in model.posterior.items()}
+    # Component i of the pooled model is draw i // chains of chain i % chains.
+    runs = [{k: v[c::chains] for k, v in flat.items()} for c in range(chains)]
+    return runs, model.info["nuts"]
+
+
 def _nuts_rows(model: InterferenceModel, data: CoLocationData, truth: _Array,
-               obs: Observations, n: int, chains: int, workers: int) -> list[dict[str, Any]]:
-    """The NUTS rows of one case: each chain alone, and pooled when there are several."""
-    if chains == 1:
+               obs: Observations, n: int, chains: int, workers: int,
+               library: bool = False) -> list[dict[str, Any]]:
+    """The NUTS rows of one case: each chain alone, and pooled when there are several; with
+    ``library`` the chains of :func:`_library_chains` (``model`` unused)."""
+    diagnostics: dict[str, Any] = {}
+    if library:
+        runs, diagnostics = _library_chains(data, n, chains, workers)
+    elif chains == 1:
         runs = [nuts(model, data, n)]
     else:
         ctx = mp.get_context("spawn")
@@ -192,7 +217,7 @@ def _nuts_rows(model: InterferenceModel, data: CoLocationData, truth: _Array,
     if chains > 1:
         both = {k: torch.cat([d[k] for d in runs]) for k in runs[0]}
         rows.append({"posterior": "nuts_pooled", "chains": list(range(chains)),
-                     "rank": [_rank(d) for d in runs],
+                     "rank": [_rank(d) for d in runs], **({"nuts": diagnostics} if library else {}),
                      **_score(_Draws(both, chains), truth, n * chains, obs)})
     return rows
 
@@ -210,6 +235,10 @@ def main() -> None:
                     help="NUTS chains per case, scored alone and pooled (default 1)")
     ap.add_argument("--workers", type=int, default=1,
                     help="processes for the NUTS chains (default 1)")
+    ap.add_argument("--nuts-start", choices=("default", "plain", "library"), default="default",
+                    help="start the NUTS chains at the default fit's medians (its first "
+                         "component's), at one plain fit's (restarts=1, temper=1), or run "
+                         "the library's fit(nuts=...) (each chain from its own restart)")
     ap.add_argument("--map", type=int, default=0, metavar="STEPS",
                     help="also score the posterior mode (STEPS Adam steps from the SVI medians)")
     ap.add_argument("--out", type=Path)
@@ -232,8 +261,12 @@ def main() -> None:
                 rows.append({"seed": seed, "truth": kind, "posterior": "map",
                              **_score(mode, truth, 1, obs)})
             if args.nuts:
-                rows += [{"seed": seed, "truth": kind, **row} for row in _nuts_rows(
-                    model, fitted_on, truth, obs, args.nuts, args.chains, args.workers)]
+                start = model if args.nuts_start != "plain" else fit(
+                    fitted_on, seed=0, measured=False, restarts=1, temper=1.0)
+                rows += [{"seed": seed, "truth": kind, "start": args.nuts_start, **row}
+                         for row in _nuts_rows(start, fitted_on, truth, obs, args.nuts,
+                                               args.chains, args.workers,
+                                               library=args.nuts_start == "library")]
             for row in rows:
                 results["cases"].append(row)
                 print(json.dumps(row), file=sys.stderr)

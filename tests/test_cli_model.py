@@ -7,6 +7,7 @@ import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -501,3 +502,76 @@ def test_fit_takes_restarts_and_temper(
     loaded = InterferenceModel.load(model)
     assert loaded.components == 2
     assert (loaded.info["restarts"], loaded.info["temper"]) == (2, 1.5)
+
+
+def test_fit_samples_by_nuts_when_asked(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    fitted: Fitted,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import dataclasses
+
+    from interplace.model import _fit as fit_module
+
+    real = fit_module.run_chain
+
+    def shallow(*args: Any, **kwargs: Any) -> Any:
+        # The CLI's trees are up to depth 8; depth 2 keeps this test to seconds.
+        settings = dataclasses.replace(args[3], max_tree_depth=2)
+        return real(*args[:3], settings, *args[4:], **kwargs)
+
+    monkeypatch.setattr(fit_module, "run_chain", shallow)
+    model = tmp_path / "m"
+    code, out, err = run(
+        capsys, "fit", "--runs", str(fitted.data / "runs.csv"), "--samples",
+        str(fitted.data / "samples.csv"), "--out", str(model), "--steps", "50", "--restarts",
+        "1", "--nuts", "2", "--nuts-draws", "3", "--workers", "1", "--quiet",
+    )
+    assert code == 0 and err == ""
+    assert "50 steps, then 6 NUTS draws of 2 chains (" in out and " divergent)" in out
+    meta = json.loads((model / "model.json").read_text())
+    assert meta["components"] == 6
+    assert meta["info"]["nuts"]["chains"] == 2 and meta["info"]["nuts"]["draws"] == 3
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--runs", str(fitted.data / "runs.csv"), "--out", str(tmp_path / "n"),
+              "--nuts", "0"])
+    assert exc.value.code == 2
+    assert "--nuts: must be an integer >= 1" in capsys.readouterr().err
+
+
+def test_fit_notes_nuts_chains_that_disagree(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    fitted: Fitted,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import dataclasses
+
+    from interplace.model import _fit as fit_module
+
+    real_chain, real_pooled = fit_module.run_chain, fit_module.pooled
+
+    def shallow(*args: Any, **kwargs: Any) -> Any:
+        settings = dataclasses.replace(args[3], max_tree_depth=2)
+        return real_chain(*args[:3], settings, *args[4:], **kwargs)
+
+    def far_apart(chains: Any) -> Any:
+        # Chains of a few shallow steps have no telling R-hat; set one far above 1.1.
+        posterior, info = real_pooled(chains)
+        return posterior, {**info, "rhat_speed_noise": 2.5}
+
+    monkeypatch.setattr(fit_module, "run_chain", shallow)
+    monkeypatch.setattr(fit_module, "pooled", far_apart)
+    code, out, err = run(
+        capsys, "fit", "--runs", str(fitted.data / "runs.csv"), "--samples",
+        str(fitted.data / "samples.csv"), "--out", str(tmp_path / "m"), "--steps", "50",
+        "--nuts", "2", "--nuts-draws", "3", "--workers", "1", "--quiet",
+    )
+    assert code == 0
+    assert " divergent, R-hat 2.50), " in out
+    assert err == (
+        "interplace: note: the NUTS chains disagree (R-hat of the speed noise 2.50 > 1.1): "
+        "they sit in different modes, and the model pools them; longer chains (--nuts-draws) "
+        "may join them\n"
+    )

@@ -210,8 +210,7 @@ _POISON = {
     "loc-nan": ("loc", float("nan"), "holds non-finite values"),
     "loc-inf": ("loc", float("-inf"), "holds non-finite values"),
     "scale-inf": ("scale", float("inf"), "holds non-finite values"),
-    "scale-zero": ("scale", 0.0, r"has a scale <= 0"),
-    "scale-negative": ("scale", -1.0, r"has a scale <= 0"),
+    "scale-negative": ("scale", -1.0, r"has a negative scale"),
 }
 
 

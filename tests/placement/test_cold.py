@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from interplace.cli import main
+from interplace.datasets import synthetic
 from interplace.errors import InputError
-from interplace.model import InterferenceModel, Query
+from interplace.model import InterferenceModel, Nuts, Query, fit
 from interplace.model._cells import OFFSET_BOUND, pair_log_speed
 from interplace.model._fit import MEASURED_DRAWS
 from interplace.placement import Job, MeasuredSpeeds, place, score
@@ -615,3 +616,15 @@ def test_cli_place_names_a_new_types_family(
     assert main(["place", "--model", str(model_dir), "--topology", "pcie-8gpu",
                  "--jobs", str(jobs), "--out", str(out)]) == 0
     assert "not fitted on" not in capsys.readouterr().out
+
+
+def test_a_model_of_nuts_draws_takes_cold_jobs() -> None:
+    # Point-mass components (scale zero): each new job gets a row per draw, read as for SVI's.
+    model = fit(synthetic(4, seed=2, samples_per_run=8), steps=100, min_steps=100, restarts=1,
+                nuts=Nuts(chains=2, warmup=4, draws=3, max_tree_depth=2))
+    grown = with_cold_jobs(model, {"newjob": {"gpu_util_pct": 60.0}})
+    assert grown.jobs[-1] == "newjob" and grown.components == model.components == 6
+    loc, scale = grown.posterior["log_demand"]
+    assert loc.shape[:2] == (6, 5) and torch.isfinite(loc).all() and (scale >= 0).all()
+    speed = grown.posterior_speed([Query("newjob", (model.jobs[0],))], num_samples=6, seed=0)
+    assert 0 < float(speed.mean[0]) <= 1.5

@@ -203,7 +203,10 @@ component :math:`s \bmod K`), the second stage computed from the mixture's draws
 (``docs/benchmarks.md``). It does not mend the pair effects' intervals: on the synthetic
 recovery sets they cover 38-59% (one fit: 56-62%). Larger data, such as Lucid's, where neither
 restarts nor tempering changed the accuracy, gets one plain fit (``fit(restarts=1)`` asks for
-it anywhere).
+it anywhere). Exact inference is an opt-in for offline fits: ``fit(nuts=Nuts(...))``
+replaces the SVI posterior by pooled NUTS chains (:class:`Nuts`), whose 90% intervals cover
+the recovery sets' true pair effects at the nominal rate (0.88 and 0.94), at tens of minutes
+a fit on two cores for Gavel's 26 jobs.
 
 What it answers
 ---------------
@@ -255,6 +258,7 @@ from interplace.model._fit import (
 )
 from interplace.model._fitted import FORMAT_VERSION, InterferenceModel, Query, SpeedPosterior
 from interplace.model._net import Hyper
+from interplace.model._nuts import Nuts
 from interplace.model._peers import (
     PEERS,
     BoostedPeer,
@@ -289,6 +293,7 @@ __all__ = [
     "Hyper",
     "InterferenceModel",
     "JobStability",
+    "Nuts",
     "Query",
     "Replicate",
     "SoftImpute",

@@ -41,7 +41,7 @@ __all__ = [
     "SpeedPosterior",
 ]
 
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
 """Version of the saved model directory layout (``model.json`` + ``posterior.safetensors``).
 
 Version 2 added the intensity sites (``log_intensity``, ``intensity_sd``); version 1 models
@@ -53,9 +53,11 @@ Version 5 added the measured pairs of the second stage (:mod:`interplace.model._
 ``measured.*`` tensors and ``measured`` in ``model.json``); older models load without them.
 Version 6 added mixture posteriors (``components`` in ``model.json``; a model of ``K > 1``
 components stores each site's locations and scales with a leading axis of ``K``); older models
-load as one component."""
+load as one component. Version 7 allows components of scale zero, point masses: the pooled
+draws of an exact-inference fit (:class:`~interplace.model.Nuts`); version 6 models load
+unchanged."""
 
-_READS = (2, 3, 4, 5, 6)
+_READS = (2, 3, 4, 5, 6, 7)
 
 _MEASURED = "measured"
 _MEASURED_KEYS = ("job", "co", "log_speed", "n", "expected", "offset")
@@ -242,8 +244,8 @@ class InterferenceModel:
                 )
             if not (torch.isfinite(loc).all() and torch.isfinite(scale).all()):
                 raise InputError(f"posterior site {name} holds non-finite values")
-            if not bool((scale > 0).all()):
-                raise InputError(f"posterior site {name} has a scale <= 0")
+            if not bool((scale >= 0).all()):
+                raise InputError(f"posterior site {name} has a negative scale")
         if self.measured is not None:
             if not isinstance(self.measured, MeasuredPairs):
                 raise InputError("measured must be MeasuredPairs or None")

@@ -1,0 +1,230 @@
+r"""Exact inference for offline fits: NUTS chains on the fitted network, pooled.
+
+The mean-field SVI of :func:`~interplace.model.fit` finds one mode of the posterior per
+restart and, for the bilinear pair term, a factorised approximation of a curved ridge: on
+Gavel V100 its fitted speed noise is 0.10 where the model's exact posterior puts it at
+0.01-0.02, and its pair effects' 90% intervals cover about 60% of the truth on synthetic data
+(``docs/benchmarks.md``, "Why the guide fails"). ``fit(nuts=Nuts(...))`` replaces the SVI
+posterior by draws of the exact one: :math:`C` chains of the No-U-Turn sampler (Pyro's
+``NUTS``, step size and a diagonal mass matrix adapted during the warm-up) on the *same*
+network, untempered (:math:`p(\theta)\,p(y \mid \theta)`, whatever ``temper`` the SVI start
+used), chain :math:`c` started at the posterior medians of SVI component :math:`c \bmod K` and
+seeded by :func:`~interplace.model._fit.restart_seed` ``(seed, c)``. The :math:`C \times D`
+kept draws are pooled with equal weight: single chains of this model settle in different
+modes, and the pooled draws average them.
+
+The pooled draws are stored as a mixture of :math:`C D` point masses (``components`` of the
+model, each site's scale zero), interleaved so that component :math:`i` is draw
+:math:`\lfloor i / C \rfloor` of chain :math:`i \bmod C`: any first :math:`S` of them, which is
+what :meth:`~interplace.model.InterferenceModel.draws` takes for :math:`S \le C D`, hold the
+chains in equal shares. Zero scales came with model format version 7.
+
+It is slow: each NUTS step takes up to :math:`2^{\text{depth}} - 1` gradients of the log
+joint (about 150-250 at depth 8), compiled once by ``torch.jit.trace`` (2.1 ms a gradient on
+Gavel V100's 26 jobs against 4.6 ms uncompiled), so a chain of 200 warm-up and 200 kept draws
+takes minutes on one core for 12 jobs and the better part of ten for Gavel's 26. The chains
+are independent, and ``fit(workers=N)`` runs them in :math:`N` processes. What it buys
+(``docs/benchmarks.md``, "NUTS as a fit option, opt-in"): on synthetic data with a known
+low-rank pair effect the pooled chains find its rank and cover the true effects at the
+nominal rate, where the mean-field fit covers about half; on measured data a few per cent of
+held-out accuracy, from chains that can settle in different modes (their split R-hat of the
+speed noise, ``info["nuts"]``, says so).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import pyro
+import torch
+from pyro.infer import MCMC, NUTS
+from pyro.infer.autoguide.initialization import init_to_value
+from pyro.ops.stats import split_gelman_rubin
+
+from interplace.errors import InputError
+from interplace.model._net import SUPPORT, InterferenceNet
+
+__all__ = ["Nuts"]
+
+_MAX_DEPTH = 12
+_JIT = callable(getattr(torch.jit, "trace", None))
+
+
+@dataclass(frozen=True)
+class Nuts:
+    """How :func:`~interplace.model.fit` samples the exact posterior (module docstring).
+
+    ``chains`` independent chains, each with ``warmup`` adaptation steps (discarded) and
+    ``draws`` kept draws; ``max_tree_depth`` bounds each step's trajectory at
+    :math:`2^{\\text{depth}} - 1` leapfrog steps. The model then holds ``chains * draws`` draws.
+
+    >>> Nuts(chains=2, warmup=50, draws=50).total
+    100
+    >>> Nuts(chains=0)
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: NUTS chains must be an integer >= 1, not 0
+    """
+
+    chains: int = 4
+    warmup: int = 200
+    draws: int = 200
+    max_tree_depth: int = 8
+
+    def __post_init__(self) -> None:
+        for name, low in (("chains", 1), ("warmup", 1), ("draws", 1), ("max_tree_depth", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise InputError(f"NUTS {name} must be an integer >= {low}, not {value!r}")
+        if self.max_tree_depth > _MAX_DEPTH:
+            raise InputError(
+                f"NUTS max_tree_depth must be at most {_MAX_DEPTH}, not {self.max_tree_depth}"
+            )
+        if self.total < 2:
+            raise InputError("NUTS needs at least 2 draws in all (chains x draws)")
+
+    @property
+    def total(self) -> int:
+        """Draws the fitted model holds: ``chains * draws``."""
+        return self.chains * self.draws
+
+
+@dataclass(frozen=True)
+class Chain:
+    """One chain's kept draws (constrained, ``(D, *shape)`` per site) and its diagnostics."""
+
+    samples: dict[str, torch.Tensor]
+    divergences: int
+    accept_prob: float
+    step_size: float
+    seconds: float
+
+
+def start_values(
+    posterior: dict[str, tuple[torch.Tensor, torch.Tensor]], components: int, k: int
+) -> dict[str, torch.Tensor]:
+    """Posterior medians (constrained) of SVI component ``k`` of ``posterior``."""
+    out = {}
+    for name, (loc, _) in posterior.items():
+        value = loc[k] if components > 1 else loc
+        out[name] = value.exp() if SUPPORT[name] == "positive" else value
+    return out
+
+
+def run_chain(
+    net_args: tuple[Any, ...],
+    tensors: tuple[torch.Tensor, ...],
+    start: dict[str, torch.Tensor],
+    settings: Nuts,
+    seed: int,
+    name: str,
+    bar: Any = None,
+) -> Chain:
+    """One NUTS chain of ``InterferenceNet(*net_args)`` on ``tensors`` from ``start``.
+
+    All randomness comes from a private torch RNG state seeded by ``seed`` (the global one is
+    restored after), so the same arguments give the same draws. ``bar`` (a tqdm bar) advances
+    by one per warm-up or kept step. Raises :class:`InputError` when the chain's draws are not
+    finite.
+    """
+    dev = tensors[0].device
+    begin = time.perf_counter()
+    diag: dict[str, Any] = {}
+
+    def hook(kernel: Any, params: Any, stage: str, i: int) -> None:
+        if bar is not None:
+            bar.update(1)
+        if stage.startswith("Sample") and i == settings.draws - 1:
+            # The kernel's own record, read before MCMC's cleanup resets it (MCMC.diagnostics()
+            # adds R-hat and effective sizes, which need at least 4 draws a chain).
+            diag.update(kernel.diagnostics())
+            # The mean Metropolis acceptance probability over the kept draws' trajectories,
+            # the statistic the step-size adaptation aims at 0.8 (the kernel's "acceptance
+            # rate" counts the draws that moved, nearly all of them in long trajectories).
+            diag["accept_prob"] = float(kernel._mean_accept_prob)
+
+    with (
+        torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []),
+        pyro.settings.context(module_local_params=True),
+        pyro.validation_enabled(False),
+        warnings.catch_warnings(),
+    ):
+        warnings.filterwarnings(
+            "ignore", message=r"`torch\.jit\.trace` is deprecated", category=DeprecationWarning
+        )
+        torch.manual_seed(seed)
+        net = InterferenceNet(*net_args)
+        kernel = NUTS(  # type: ignore[no-untyped-call]
+            net,
+            init_strategy=init_to_value(values={k: v.to(dev) for k, v in start.items()}),
+            max_tree_depth=settings.max_tree_depth,
+            # The log joint and its gradient compiled once by torch.jit.trace: 2.1 ms a
+            # gradient on Gavel V100's network against 4.6 ms traced by Pyro every time.
+            # torch deprecates jit.trace (for torch.compile, which Pyro's NUTS does not
+            # take); where a torch has none, the chain runs uncompiled.
+            jit_compile=_JIT,
+            ignore_jit_warnings=True,
+        )
+        mcmc = MCMC(  # type: ignore[no-untyped-call]
+            kernel,
+            num_samples=settings.draws,
+            warmup_steps=settings.warmup,
+            disable_progbar=True,
+            hook_fn=hook,
+        )
+        mcmc.run(*tensors)
+        raw: dict[str, torch.Tensor] = mcmc.get_samples()  # type: ignore[no-untyped-call]
+    samples = {k: v.detach().to("cpu", torch.float64) for k, v in raw.items()}
+    if not all(bool(torch.isfinite(v).all()) for v in samples.values()):
+        raise InputError(f"{name}: a NUTS chain (seed {seed}) drew non-finite values")
+    divergences = len(diag.get("divergences", []))
+    accept_prob = float(diag.get("accept_prob", math.nan))
+    step_size = float(kernel.step_size)
+    return Chain(samples, divergences, accept_prob, step_size, time.perf_counter() - begin)
+
+
+def chain_task(task: tuple[Any, ...]) -> Chain:
+    """:func:`run_chain` in a worker process, on one intra-op thread and without a bar;
+    module level, so that a spawned worker can run it."""
+    torch.set_num_threads(1)
+    return run_chain(*task)
+
+
+def pooled(
+    chains: list[Chain],
+) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor]], dict[str, Any]]:
+    """The chains' draws as a posterior of point masses (module docstring: interleaved,
+    unconstrained locations, zero scales) and the fit's ``info["nuts"]`` diagnostics.
+
+    Its ``rhat_speed_noise`` is the split Gelman-Rubin statistic of the speed noise over the
+    chains (near 1 when they agree; None with one draw a chain).
+    """
+    posterior = {}
+    for name in chains[0].samples:
+        stacked = torch.stack([c.samples[name] for c in chains], dim=1)  # (D, C, *shape)
+        flat = stacked.reshape(-1, *stacked.shape[2:])
+        loc = flat.log() if SUPPORT[name] == "positive" else flat
+        posterior[name] = (loc, torch.zeros_like(loc))
+    noise = torch.stack([c.samples["speed_noise"] for c in chains])  # (C, D)
+    rhat = None
+    if noise.shape[1] >= 4:
+        rhat = float(split_gelman_rubin(noise, chain_dim=0, sample_dim=1))  # type: ignore[no-untyped-call]
+    info = {
+        "chains": len(chains),
+        "divergences": [c.divergences for c in chains],
+        "accept_prob": [c.accept_prob for c in chains],
+        "step_size": [c.step_size for c in chains],
+        "chain_seconds": [c.seconds for c in chains],
+        "rhat_speed_noise": rhat,
+    }
+    return posterior, info
+
+
+def settings_info(settings: Nuts) -> dict[str, int]:
+    """The settings as ``info["nuts"]`` records them."""
+    return dataclasses.asdict(settings)
