@@ -22,7 +22,8 @@ chains in equal shares. Zero scales came with model format version 7.
 It is slow: each NUTS step takes up to :math:`2^{\text{depth}} - 1` gradients of the log
 joint (about 150-250 at depth 8), compiled once by ``torch.jit.trace`` (2.1 ms a gradient on
 Gavel V100's 26 jobs against 4.6 ms uncompiled), so a chain of 200 warm-up and 200 kept draws
-takes minutes on one core for 12 jobs and the better part of ten for Gavel's 26. The chains
+took 5.5-6 minutes on one core for the 12 jobs of the synthetic recovery sets (Gavel V100's 26
+jobs: about 9 minutes a chain uncompiled; not yet timed compiled). The chains
 are independent, and ``fit(workers=N)`` runs them in :math:`N` processes. What it buys
 (``docs/benchmarks.md``, "NUTS as a fit option, opt-in"): on synthetic data with a known
 low-rank pair effect the pooled chains find its rank and cover the true effects at the
