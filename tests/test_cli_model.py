@@ -504,12 +504,9 @@ def test_fit_takes_restarts_and_temper(
     assert (loaded.info["restarts"], loaded.info["temper"]) == (2, 1.5)
 
 
-def test_fit_samples_by_nuts_when_asked(
-    capsys: pytest.CaptureFixture[str],
-    tmp_path: Path,
-    fitted: Fitted,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def _shallow_chains(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the fit's NUTS chains build trees of depth 2 at most: the CLI's go up to depth 8,
+    and depth 2 keeps a test to seconds."""
     import dataclasses
 
     from interplace.model import _fit as fit_module
@@ -517,11 +514,19 @@ def test_fit_samples_by_nuts_when_asked(
     real = fit_module.run_chain
 
     def shallow(*args: Any, **kwargs: Any) -> Any:
-        # The CLI's trees are up to depth 8; depth 2 keeps this test to seconds.
         settings = dataclasses.replace(args[3], max_tree_depth=2)
         return real(*args[:3], settings, *args[4:], **kwargs)
 
     monkeypatch.setattr(fit_module, "run_chain", shallow)
+
+
+def test_fit_samples_by_nuts_when_asked(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    fitted: Fitted,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _shallow_chains(monkeypatch)
     model = tmp_path / "m"
     code, out, err = run(
         capsys, "fit", "--runs", str(fitted.data / "runs.csv"), "--samples",
@@ -546,22 +551,16 @@ def test_fit_notes_nuts_chains_that_disagree(
     fitted: Fitted,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import dataclasses
-
     from interplace.model import _fit as fit_module
 
-    real_chain, real_pooled = fit_module.run_chain, fit_module.pooled
-
-    def shallow(*args: Any, **kwargs: Any) -> Any:
-        settings = dataclasses.replace(args[3], max_tree_depth=2)
-        return real_chain(*args[:3], settings, *args[4:], **kwargs)
+    _shallow_chains(monkeypatch)
+    real_pooled = fit_module.pooled
 
     def far_apart(chains: Any) -> Any:
         # Chains of a few shallow steps have no telling R-hat; set one far above 1.1.
         posterior, info = real_pooled(chains)
         return posterior, {**info, "rhat_speed_noise": 2.5}
 
-    monkeypatch.setattr(fit_module, "run_chain", shallow)
     monkeypatch.setattr(fit_module, "pooled", far_apart)
     code, out, err = run(
         capsys, "fit", "--runs", str(fitted.data / "runs.csv"), "--samples",
