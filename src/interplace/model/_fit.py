@@ -6,8 +6,8 @@ import dataclasses
 import math
 import time
 import warnings
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import pyro
@@ -45,7 +45,7 @@ from interplace.model._data import (
 )
 from interplace.model._fitted import InterferenceModel
 from interplace.model._net import Hyper, InterferenceNet, site_names
-from interplace.model._nuts import Nuts, chain_task, pooled, run_chain, start_values
+from interplace.model._nuts import Chain, Nuts, chain_task, pooled, run_chain, start_values
 from interplace.model._topo import share_table
 from interplace.topology import Topology
 
@@ -65,6 +65,8 @@ MIXTURE_TEMPER = 1.5
 MIXTURE_MAX_SIZE = 2000
 """The largest data (co-located observations plus counter groups) on which the default fit
 pools :data:`MIXTURE_RESTARTS` tempered restarts; larger data gets one plain fit."""
+
+R = TypeVar("R")
 
 _WINDOW = 100
 
@@ -388,6 +390,34 @@ def _svi_task(task: tuple[Any, ...]) -> _Run:
         return _svi(net_args, tensors, init_demand, bar=bar, **kwargs)
 
 
+def _run_all(
+    tasks: Sequence[Any],
+    run_here: Callable[[Any, Any], R],
+    run_task: Callable[[Any], R],
+    workers: int,
+    on_cpu: bool,
+    steps: int,
+    desc: str,
+    progress: bool,
+) -> list[R]:
+    """``tasks`` run one after another here (``run_here(task, bar)``) or, with ``workers`` >
+    1 on the CPU, in that many spawned processes (``run_task(task)``), torch on one intra-op
+    thread either way; a tqdm bar of ``steps`` per task."""
+    threads = torch.get_num_threads()
+    # The tensors are small: one intra-op thread is over 10x faster than a contended pool
+    # (measured: a 67x5 @ 5x5 matmul takes 16 ms with 2 busy threads, 2 us with one).
+    torch.set_num_threads(1)
+    bar = tqdm(total=steps * len(tasks), desc=desc, unit="step", disable=not progress,
+               leave=False)
+    try:
+        if min(workers, len(tasks)) <= 1 or not on_cpu:
+            return [run_here(task, bar) for task in tasks]
+        return spawn_map(run_task, tasks, workers, done=lambda: bar.update(steps))
+    finally:
+        bar.close()
+        torch.set_num_threads(threads)
+
+
 def _sample(
     net_args: tuple[Any, ...],
     tensors: tuple[torch.Tensor, ...],
@@ -401,24 +431,23 @@ def _sample(
 ) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor]], dict[str, Any]]:
     """:func:`fit`'s NUTS part: the chains of ``settings`` on ``InterferenceNet(*net_args)``
     from the SVI ``posterior``'s components, pooled (:mod:`interplace.model._nuts`)."""
-    steps = settings.warmup + settings.draws
     tasks = [
         (net_args, tensors, start_values(posterior, components, c % components), settings,
          restart_seed(seed, c), name)
         for c in range(settings.chains)
     ]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    bar = tqdm(total=steps * settings.chains, desc="nuts", unit="step", disable=not progress,
-               leave=False)
-    try:
-        if min(workers, settings.chains) <= 1 or tensors[0].device.type != "cpu":
-            chains = [run_chain(*task, bar=bar) for task in tasks]
-        else:
-            chains = spawn_map(chain_task, tasks, workers, done=lambda: bar.update(steps))
-    finally:
-        bar.close()
-        torch.set_num_threads(threads)
+
+    def here(
+        task: tuple[tuple[Any, ...], tuple[torch.Tensor, ...], dict[str, torch.Tensor], Nuts,
+                    int, str],
+        bar: Any,
+    ) -> Chain:
+        return run_chain(*task, bar=bar)
+
+    chains = _run_all(
+        tasks, here, chain_task, workers,
+        tensors[0].device.type == "cpu", settings.warmup + settings.draws, "nuts", progress,
+    )
     out, info = pooled(chains)
     info = {**dataclasses.asdict(settings), **info}
     return out, info
@@ -617,13 +646,6 @@ def fit(
         fam_t = torch.as_tensor(idx, device=dev)
         fam_idx = np.where(idx < n_fam, idx, -1)  # index n_fam: no family
     start = time.perf_counter()
-    runs: list[_Run] = []
-    threads = torch.get_num_threads()
-    # The tensors are small: one intra-op thread is over 10x faster than a contended pool
-    # (measured: a 67x5 @ 5x5 matmul takes 16 ms with 2 busy threads, 2 us with one).
-    torch.set_num_threads(1)
-    bar = tqdm(total=steps * restarts, desc="fit", unit="step", disable=not progress,
-               leave=False)
     net_args = (len(jobs), len(resources), len(counters.metrics), hyper, fam_t, n_fam, rank,
                 temper)
     tasks: list[tuple[tuple[Any, ...], tuple[torch.Tensor, ...], torch.Tensor, dict[str, Any]]]
@@ -635,15 +657,10 @@ def fit(
             "seed": seed_k, "steps": steps, "lr": lr, "min_steps": min_steps,
             "rel_tol": rel_tol, "scale": max(len(obs) + len(counters), 1), "name": data.name,
         }))
-    try:
-        if min(workers, restarts) <= 1 or dev.type != "cpu":
-            for net_args_k, tensors_k, init_k, kwargs in tasks:
-                runs.append(_svi(net_args_k, tensors_k, init_k, bar=bar, **kwargs))
-        else:
-            runs = spawn_map(_svi_task, tasks, workers, done=lambda: bar.update(steps))
-    finally:
-        bar.close()
-        torch.set_num_threads(threads)
+    runs = _run_all(
+        tasks, lambda task, bar: _svi(*task[:3], bar=bar, **task[3]), _svi_task, workers,
+        dev.type == "cpu", steps, "fit", progress,
+    )
     if restarts == 1:
         posterior = runs[0].posterior
     else:

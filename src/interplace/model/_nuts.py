@@ -34,7 +34,6 @@ speed noise, ``info["nuts"]``, says so).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 import warnings
@@ -224,8 +223,3 @@ def pooled(
         "rhat_speed_noise": rhat,
     }
     return posterior, info
-
-
-def settings_info(settings: Nuts) -> dict[str, int]:
-    """The settings as ``info["nuts"]`` records them."""
-    return dataclasses.asdict(settings)
