@@ -300,18 +300,22 @@ def test_renaming_families_in_their_order_gives_the_same_fit_exactly(
 ) -> None:
     # Families are indexed by sorted name, so an order-keeping renaming keeps every index,
     # tensor and random number: the fits must agree bit for bit (as for job names).
-    # Bit equality holds at any number of steps; 100 keep it quick.
-    steps = 100
+    # Bit equality holds at any number of steps; 100 keep it quick, and two restarts (the
+    # plain fit and a tempered one, pooled) exercise the mixture at half the default's cost.
+    steps, restarts = 100, 2
     jobs = sorted(small_data.runs["job"].astype(str).unique())
     first = {j: "A" if i < 2 else "B" for i, j in enumerate(jobs)}
     second = {j: "fam-a" if i < 2 else "fam-b" for i, j in enumerate(jobs)}
-    a = fit(small_data, seed=0, steps=steps, min_steps=steps, family=first)
-    b = fit(small_data, seed=0, steps=steps, min_steps=steps, family=second)
+    a = fit(small_data, seed=0, steps=steps, min_steps=steps, family=first, restarts=restarts,
+            temper=1.5)
+    b = fit(small_data, seed=0, steps=steps, min_steps=steps, family=second,
+            restarts=restarts, temper=1.5)
     assert set(a.posterior) == set(b.posterior)
     for name, (loc, scale) in a.posterior.items():
         assert torch.equal(b.posterior[name][0], loc), name
         assert torch.equal(b.posterior[name][1], scale), name
     # ... and the families did reach the fit: without them it differs.
-    plain = fit(small_data, seed=0, steps=steps, min_steps=steps)
+    plain = fit(small_data, seed=0, steps=steps, min_steps=steps, restarts=restarts,
+                temper=1.5)
     assert not torch.equal(plain.posterior["sens_eps"][0], a.posterior["sens_eps"][0])
     assert "family_effect" in a.posterior and "family_effect" not in plain.posterior

@@ -176,6 +176,7 @@ def test_a_saved_components_count_that_is_not_an_integer_is_refused(
         InterferenceModel.load(d)
 
 
+@pytest.mark.slow  # two converged fits, about 16 s: statistical (the scale's ratio)
 def test_tempering_narrows_the_posterior(small_data: CoLocationData) -> None:
     # A power posterior p(theta) p(y | theta)^4 is, where the likelihood dominates, about half
     # as wide (1/sqrt(4)) as the plain one; the mean-field guide follows the curvature, so the
