@@ -1,21 +1,21 @@
 r"""The exact-inference fit, ``fit(nuts=Nuts(...))``, against the default SVI fit, same splits.
 
 Run: ``python benchmarks/nuts_fit.py [--gavel v100 p100 k80] [--lucid PATH] [--seeds 0]
-[--chains 4] [--draws 200] [--workers 2] [--out results.json]``
+[--chains 4] [--draws 200] [--warmup N] [--workers 2] [--out results.json]``
 
 For each data set and seed, on the split of ``evaluate`` (30% of co-located runs held out,
 seed ``seed``): the default fit (:func:`interplace.model.fit`, seed ``seed``) and the
-exact-inference fit, ``--chains`` NUTS chains of ``--draws`` warm-up and ``--draws`` kept draws
-each (:class:`interplace.model.Nuts`, pooled; each chain from its own untempered SVI restart,
-the library's default, or with ``--start-restarts K`` chain :math:`c` from untempered restart
-:math:`c \bmod K`), both with the second stage, scored on the held-out speeds as ``evaluate`` scores
-the model (MAE of the posterior mean, coverage of the 90% interval; 500 draws of the SVI fit,
-every draw of the NUTS fit), next to soft-impute matrix completion on the same split. Also
-reported: each fit's wall seconds (the chains run in ``--workers`` processes), the NUTS
-chains' divergent transitions, mean acceptance probabilities, step sizes and split R-hat of
-the speed noise, and each posterior's median speed noise. ``--lucid PATH`` adds Lucid's
-random split (non-commercial licence: read from ``PATH``, never copied); ``--gavel`` with no
-name leaves Gavel out.
+exact-inference fit, ``--chains`` NUTS chains of ``--warmup`` (default ``--draws``) warm-up
+and ``--draws`` kept draws each (:class:`interplace.model.Nuts`, pooled; each chain from its
+own untempered SVI restart, the library's default, or with ``--start-restarts K`` chain
+:math:`c` from untempered restart :math:`c \bmod K`), both with the second stage, scored on the
+held-out speeds as ``evaluate`` scores the model (MAE of the posterior mean, coverage of the
+90% interval; 500 draws of the SVI fit, every draw of the NUTS fit), next to soft-impute
+matrix completion on the same split. Also reported: each fit's wall seconds (the chains run
+in ``--workers`` processes), the NUTS chains' divergent transitions, mean acceptance
+probabilities, step sizes, median speed noise and split R-hat of the speed noise, and each
+posterior's median speed noise. ``--lucid PATH`` adds Lucid's random split (non-commercial
+licence: read from ``PATH``, never copied); ``--gavel`` with no name leaves Gavel out.
 """
 
 from __future__ import annotations
@@ -72,6 +72,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--chains", type=int, default=4)
     ap.add_argument("--draws", type=int, default=200)
+    ap.add_argument("--warmup", type=int, default=None, metavar="N",
+                    help="NUTS warm-up steps a chain (default: --draws, as the CLI's --nuts-draws)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--start-restarts", type=int, default=None, metavar="K",
                     help="SVI restarts of the NUTS fit's start (default: the library's, one "
@@ -79,14 +81,16 @@ def main() -> None:
                     "benchmarks/inference_gap.py)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    settings = Nuts(chains=args.chains, warmup=args.draws, draws=args.draws)
+    warmup = args.draws if args.warmup is None else args.warmup
+    settings = Nuts(chains=args.chains, warmup=warmup, draws=args.draws)
     sets: list[tuple[str, CoLocationData]] = [(f"gavel-{g}", load_gavel(g).data)
                                               for g in args.gavel]
     if args.lucid is not None:
         if not Path(args.lucid, "colocate_info.csv").is_file():
             ap.error(f"no Lucid data at {args.lucid}")
         sets.append(("lucid", load_lucid(args.lucid)))
-    results: dict[str, Any] = {"nuts": {"chains": args.chains, "draws": args.draws},
+    results: dict[str, Any] = {"nuts": {"chains": args.chains, "warmup": warmup,
+                                        "draws": args.draws},
                                "start_restarts": args.start_restarts,
                                "workers": args.workers, "splits": []}
     for name, data in sets:

@@ -531,21 +531,31 @@ def test_fit_samples_by_nuts_when_asked(
     code, out, err = run(
         capsys, "fit", "--runs", str(fitted.data / "runs.csv"), "--samples",
         str(fitted.data / "samples.csv"), "--out", str(model), "--steps", "50", "--restarts",
-        "1", "--nuts", "2", "--nuts-draws", "3", "--workers", "1", "--quiet",
+        "1", "--nuts", "2", "--nuts-draws", "3", "--nuts-warmup", "2", "--workers", "1",
+        "--quiet",
     )
-    assert code == 0 and err == ""
+    # Three shallow draws a chain: no R-hat (it needs four), and an acceptance that measures
+    # nothing, which may be noted; nothing else goes to stderr.
+    assert code == 0
+    assert all(line.startswith("interplace: note: NUTS chain") for line in err.splitlines())
     assert "50 steps, then 6 NUTS draws of 2 chains (" in out and " divergent)" in out
     meta = json.loads((model / "model.json").read_text())
     assert meta["components"] == 6
     assert meta["info"]["nuts"]["chains"] == 2 and meta["info"]["nuts"]["draws"] == 3
+    assert meta["info"]["nuts"]["warmup"] == 2
     with pytest.raises(SystemExit) as exc:
         main(["fit", "--runs", str(fitted.data / "runs.csv"), "--out", str(tmp_path / "n"),
               "--nuts", "0"])
     assert exc.value.code == 2
     assert "--nuts: must be an integer >= 1" in capsys.readouterr().err
+    for flag in ("--nuts-draws", "--nuts-warmup"):
+        code, _, err = run(capsys, "fit", "--runs", str(fitted.data / "runs.csv"), "--out",
+                           str(tmp_path / "n"), flag, "10")
+        assert code == 2 and err == f"interplace: error: {flag} needs --nuts CHAINS\n"
+    assert not (tmp_path / "n").exists()
 
 
-def test_fit_notes_nuts_chains_that_disagree(
+def test_fit_notes_nuts_chains_that_disagree_or_accept_too_little(
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
     fitted: Fitted,
@@ -557,9 +567,11 @@ def test_fit_notes_nuts_chains_that_disagree(
     real_pooled = fit_module.pooled
 
     def far_apart(chains: Any) -> Any:
-        # Chains of a few shallow steps have no telling R-hat; set one far above 1.1.
+        # Chains of a few shallow steps have no telling R-hat or acceptance; set an R-hat far
+        # above 1.1, the chains' noise apart, and one chain accepting too little.
         posterior, info = real_pooled(chains)
-        return posterior, {**info, "rhat_speed_noise": 2.5}
+        return posterior, {**info, "rhat_speed_noise": 2.5, "chain_speed_noise": [0.012, 0.031],
+                           "accept_prob": [0.9, 0.21]}
 
     monkeypatch.setattr(fit_module, "pooled", far_apart)
     code, out, err = run(
@@ -570,7 +582,17 @@ def test_fit_notes_nuts_chains_that_disagree(
     assert code == 0
     assert " divergent, R-hat 2.50), " in out
     assert err == (
-        "interplace: note: the NUTS chains disagree (R-hat of the speed noise 2.50 > 1.1): "
-        "they sit in different modes, and the model pools them; longer chains (--nuts-draws) "
-        "may join them\n"
+        "interplace: note: the NUTS chains disagree (R-hat of the speed noise 2.50 > 1.1; each "
+        "chain's median 0.012, 0.031): they sit in different modes, and the model pools them; "
+        "longer chains (--nuts-draws) may join them\n"
+        "interplace: note: NUTS chain 1 accepted 0.21 of its proposals on average, against the "
+        "0.8 its step size was adapted for: its warm-up ended before it settled and its draws "
+        "move little; a longer warm-up (--nuts-warmup) may help\n"
     )
+
+
+def test_the_clis_nuts_draws_default_is_the_librarys() -> None:
+    from interplace.cli.fit import NUTS_DRAWS
+    from interplace.model import Nuts
+
+    assert NUTS_DRAWS == Nuts().draws == Nuts().warmup

@@ -123,6 +123,8 @@ def test_pooled_draws_interleave_the_chains() -> None:
     noise = post["speed_noise"][0]
     assert torch.allclose(noise[:2], torch.tensor([0.0, 10.0], dtype=noise.dtype))
     assert info["divergences"] == [0, 10] and info["chains"] == 2
+    # Each chain's median speed noise: exp(value) times the middle of 1 + 0.01 * (0..3).
+    assert info["chain_speed_noise"] == pytest.approx([1.01, math.exp(10.0) * 1.01])
     # Chains far apart: the split R-hat of the speed noise is far above 1.
     assert info["rhat_speed_noise"] > 2
     # Chains that mix alike (each half of each chain holds the same two values): R-hat <= 1.

@@ -25,6 +25,10 @@ __all__ = ["register"]
 
 
 
+NUTS_DRAWS = 200
+"""``--nuts-draws``'s default, :class:`~interplace.model.Nuts`'s: kept draws a chain, and warm-up
+steps unless ``--nuts-warmup`` is given."""
+
 RHAT_AGREE = 1.1
 """Split R-hat of the speed noise above which ``interplace fit --nuts`` notes that the chains
 disagree (the usual threshold; 1 when they sample one distribution)."""
@@ -52,10 +56,13 @@ def _nuts_note(info: Mapping[str, Any]) -> str:
 
 def _nuts_disagree(info: Mapping[str, Any]) -> str | None:
     """A note when the NUTS chains' split R-hat of the speed noise is over
-    :data:`RHAT_AGREE`, else None.
+    :data:`RHAT_AGREE` (with each chain's median speed noise, where the fit recorded it), else
+    None.
 
-    >>> _nuts_disagree({"nuts": {"rhat_speed_noise": 2.15}})[:48]
-    'the NUTS chains disagree (R-hat of the speed noi'
+    >>> nuts = {"rhat_speed_noise": 2.15, "chain_speed_noise": [0.012, 0.03]}
+    >>> note = _nuts_disagree({"nuts": nuts})
+    >>> print(note.split(": ")[0])
+    the NUTS chains disagree (R-hat of the speed noise 2.15 > 1.1; each chain's median 0.012, 0.030)
     >>> _nuts_disagree({"nuts": {"rhat_speed_noise": 1.03}}) is None
     True
     """
@@ -63,10 +70,53 @@ def _nuts_disagree(info: Mapping[str, Any]) -> str | None:
     rhat = nuts.get("rhat_speed_noise") if isinstance(nuts, dict) else None
     if rhat is None or rhat <= RHAT_AGREE:
         return None
+    assert isinstance(nuts, dict)
+    noise = nuts.get("chain_speed_noise")
+    each = (
+        "; each chain's median " + ", ".join(f"{v:.3f}" for v in noise)
+        if isinstance(noise, list) else ""
+    )
     return (
-        f"the NUTS chains disagree (R-hat of the speed noise {rhat:.2f} > {RHAT_AGREE}): "
+        f"the NUTS chains disagree (R-hat of the speed noise {rhat:.2f} > {RHAT_AGREE}{each}): "
         "they sit in different modes, and the model pools them; longer chains "
         "(--nuts-draws) may join them"
+    )
+
+
+ACCEPT_LOW = 0.5
+"""Mean acceptance probability of a chain's kept draws under which ``interplace fit --nuts``
+notes it: the step size was adapted during warm-up for 0.8, so a chain far below it moved
+into a narrower part of the posterior after its warm-up ended, and its draws move little."""
+
+
+def _nuts_stuck(info: Mapping[str, Any]) -> str | None:
+    """A note naming the chains whose mean acceptance probability is under
+    :data:`ACCEPT_LOW`, else None.
+
+    >>> print(_nuts_stuck({"nuts": {"accept_prob": [0.25, 0.81, 0.19, 0.9]}}).split(": ")[0])
+    NUTS chains 0 and 2 accepted 0.25 and 0.19 of their proposals on average, against the 0.8 \
+their step size was adapted for
+    >>> _nuts_stuck({"nuts": {"accept_prob": [0.7, 0.9]}}) is None
+    True
+    """
+    nuts = info.get("nuts")
+    accept = nuts.get("accept_prob") if isinstance(nuts, dict) else None
+    if not isinstance(accept, list):
+        return None
+    low = [(c, a) for c, a in enumerate(accept) if a < ACCEPT_LOW]
+    if not low:
+        return None
+
+    def listed(items: list[str]) -> str:
+        return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+    which = listed([str(c) for c, _ in low])
+    rates = listed([f"{a:.2f}" for _, a in low])
+    noun, its, it = ("chain", "its", "it") if len(low) == 1 else ("chains", "their", "they")
+    return (
+        f"NUTS {noun} {which} accepted {rates} of {its} proposals on average, against the 0.8 "
+        f"{its} step size was adapted for: {its} warm-up ended before {it} settled and {its} "
+        "draws move little; a longer warm-up (--nuts-warmup) may help"
     )
 
 
@@ -89,8 +139,14 @@ def _run(args: argparse.Namespace) -> int:
 
         topology = load(args.topology)
     nuts = None
-    if args.nuts is not None:
-        nuts = Nuts(chains=args.nuts, warmup=args.nuts_draws, draws=args.nuts_draws)
+    if args.nuts is None:
+        for flag, value in (("--nuts-draws", args.nuts_draws), ("--nuts-warmup", args.nuts_warmup)):
+            if value is not None:
+                raise InputError(f"{flag} needs --nuts CHAINS")
+    else:
+        draws = NUTS_DRAWS if args.nuts_draws is None else args.nuts_draws
+        warmup = draws if args.nuts_warmup is None else args.nuts_warmup
+        nuts = Nuts(chains=args.nuts, warmup=warmup, draws=draws)
     data = read_data(args.runs, args.samples)
     model = fit(
         data,
@@ -114,9 +170,9 @@ def _run(args: argparse.Namespace) -> int:
         f"{info['counter_groups']} counter groups of {data.name}: {fit_steps(info)}"
         f"{_nuts_note(info)}{kept}, {info['fit_seconds']:.1f} s -> {out}\n"
     )
-    disagree = _nuts_disagree(info)
-    if disagree is not None:
-        sys.stderr.write(f"interplace: note: {disagree}\n")
+    for note in (_nuts_disagree(info), _nuts_stuck(info)):
+        if note is not None:
+            sys.stderr.write(f"interplace: note: {note}\n")
     return 0
 
 
@@ -151,8 +207,15 @@ def register(sub: Subparsers) -> None:
     fitp.add_argument(
         "--nuts-draws",
         type=int_at_least(1),
-        default=200,
         metavar="N",
-        help="NUTS warm-up steps and kept draws per chain (default 200 each)",
+        help="NUTS kept draws per chain, and warm-up steps unless --nuts-warmup is given "
+        f"(default {NUTS_DRAWS} each)",
+    )
+    fitp.add_argument(
+        "--nuts-warmup",
+        type=int_at_least(1),
+        metavar="N",
+        help="NUTS warm-up steps per chain, in which the step size and mass matrix adapt "
+        "(default: --nuts-draws)",
     )
     fitp.set_defaults(func=_run)

@@ -202,7 +202,8 @@ def pooled(
     unconstrained locations, zero scales) and the fit's ``info["nuts"]`` diagnostics.
 
     Its ``rhat_speed_noise`` is the split Gelman-Rubin statistic of the speed noise over the
-    chains (near 1 when they agree; None with one draw a chain).
+    chains (near 1 when they agree; None with one draw a chain), and ``chain_speed_noise`` each
+    chain's median speed noise, which says which chains the R-hat separates.
     """
     posterior = {}
     for name in chains[0].samples:
@@ -220,6 +221,7 @@ def pooled(
         "accept_prob": [c.accept_prob for c in chains],
         "step_size": [c.step_size for c in chains],
         "chain_seconds": [c.seconds for c in chains],
+        "chain_speed_noise": [float(c.samples["speed_noise"].median()) for c in chains],
         "rhat_speed_noise": rhat,
     }
     return posterior, info
