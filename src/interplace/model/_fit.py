@@ -567,12 +567,13 @@ def fit(
     the cold-demand step and the second stage then run on those draws as on SVI's. Unless
     ``restarts`` or ``temper`` is given, the SVI start is then one untempered restart per
     chain. ``workers`` runs the chains in parallel too. ``info["nuts"]`` records the settings,
-    each chain's divergent transitions, mean acceptance probability, step size and time, and
-    the chains' split R-hat of the speed noise (near 1 when they agree). On the synthetic
-    recovery sets the pooled chains cover the true pair effects at the nominal rate (0.88 and
-    0.94 of 90% intervals, where SVI covers 0.40 and 0.55); on Gavel V100 the held-out MAE is
-    2-7% below the SVI fit's at about 25 times its time, and the chains can disagree (R-hat
-    2-3.4): ``docs/benchmarks.md``, "NUTS as a fit option, opt-in".
+    each chain's divergent transitions, mean acceptance probability, step size, time and
+    median speed noise, and the chains' split R-hat of the speed noise (near 1 when they
+    agree). On the synthetic recovery sets the pooled chains cover the true pair effects at the
+    nominal rate (0.88 and 0.94 of 90% intervals, where SVI covers 0.40 and 0.55); on Gavel
+    V100 the held-out MAE is 4-14% below the SVI fit's (three splits; K80 1.5% below, P100 2%
+    above, one split each) at 12-17 times its time, and the chains disagree (R-hat of the
+    speed noise 1.6-4.1): ``docs/benchmarks.md``, "NUTS as a fit option, opt-in".
 
     ``topology`` is needed only when a run places its jobs on different devices (its
     :meth:`~interplace.topology.Topology.domains` decide which resources they share). ``device``

@@ -22,14 +22,16 @@ chains in equal shares. Zero scales came with model format version 7.
 It is slow: each NUTS step takes up to :math:`2^{\text{depth}} - 1` gradients of the log
 joint (about 150-250 at depth 8), compiled once by ``torch.jit.trace`` (2.1 ms a gradient on
 Gavel V100's 26 jobs against 4.6 ms uncompiled), so a chain of 200 warm-up and 200 kept draws
-took 5.5-6 minutes on one core for the 12 jobs of the synthetic recovery sets (Gavel V100's 26
-jobs: about 9 minutes a chain uncompiled; not yet timed compiled). The chains
-are independent, and ``fit(workers=N)`` runs them in :math:`N` processes. What it buys
+took 5.5-6 minutes on one core for the 12 jobs of the synthetic recovery sets and 5-6.5 minutes
+for Gavel's 26 jobs (about 9 uncompiled). The chains are independent, and
+``fit(workers=N)`` runs them in :math:`N` processes: four chains on two cores, about 11 minutes
+a Gavel fit. What it buys
 (``docs/benchmarks.md``, "NUTS as a fit option, opt-in"): on synthetic data with a known
 low-rank pair effect the pooled chains find its rank and cover the true effects at the
-nominal rate, where the mean-field fit covers about half; on measured data a few per cent of
-held-out accuracy, from chains that can settle in different modes (their split R-hat of the
-speed noise, ``info["nuts"]``, says so).
+nominal rate, where the mean-field fit covers about half; on Gavel's measured data 4-14% of
+held-out accuracy on V100 (K80 1.5%, P100 -2%), from chains that settle in different modes
+(their split R-hat of the speed noise, ``info["nuts"]``, is 1.6-4.1 there, and each chain's
+median noise is kept beside it).
 """
 
 from __future__ import annotations
