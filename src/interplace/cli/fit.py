@@ -67,10 +67,11 @@ def _nuts_disagree(info: Mapping[str, Any]) -> str | None:
     True
     """
     nuts = info.get("nuts")
-    rhat = nuts.get("rhat_speed_noise") if isinstance(nuts, dict) else None
+    if not isinstance(nuts, dict):
+        return None
+    rhat = nuts.get("rhat_speed_noise")
     if rhat is None or rhat <= RHAT_AGREE:
         return None
-    assert isinstance(nuts, dict)
     noise = nuts.get("chain_speed_noise")
     each = (
         "; each chain's median " + ", ".join(f"{v:.3f}" for v in noise)
