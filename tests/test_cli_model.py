@@ -487,6 +487,27 @@ def test_fit_takes_rank_structure_only_and_no_cold_scale(
     assert InterferenceModel.load(fitted.model).info["cold_scale"] is True
 
 
+def test_fit_takes_lift_ceilings(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, fitted: Fitted
+) -> None:
+    from interplace.model import InterferenceModel
+
+    model = tmp_path / "model"
+    data = fitted.data
+    inputs = ["--runs", str(data / "runs.csv"), "--samples", str(data / "samples.csv")]
+    flags = ["--lift-ceilings", "--steps", STEPS, "--restarts", "1", "--quiet"]
+    code, _, err = run(capsys, "fit", *inputs, "--out", str(model), *flags)
+    assert (code, err) == (0, "")
+    loaded = InterferenceModel.load(model)
+    assert loaded.measured is not None and loaded.info["lift_ceilings"] is True
+    # The synthetic data's noisy isolated references leave some job faster next to a
+    # co-runner than alone: it is lifted, and the lift survives the save.
+    lift = loaded.info["ceiling_lift"]
+    assert lift and all(v > 0 for v in lift.values())
+    default = InterferenceModel.load(fitted.model).info
+    assert default["lift_ceilings"] is False and default["ceiling_lift"] == {}
+
+
 def test_fit_takes_restarts_and_temper(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, fitted: Fitted
 ) -> None:

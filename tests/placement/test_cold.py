@@ -129,24 +129,34 @@ def test_cold_jobs_keep_the_measured_pairs(small_model: InterferenceModel) -> No
 
 @pytest.fixture(scope="module")
 def eight() -> InterferenceModel:
-    """Eight synthetic jobs, each measured next to every other; a two-component mixture."""
+    """Eight synthetic jobs, each measured next to every other; a two-component mixture,
+    its ceilings lifted (so that what a new job borrows is checked against lifted mates)."""
     from interplace.datasets import synthetic
     from interplace.model import fit
 
     data = synthetic(8, seed=1, samples_per_run=4)
-    return fit(data, seed=3, steps=300, min_steps=300, restarts=2)
+    model = fit(data, seed=3, steps=300, min_steps=300, restarts=2, lift_ceilings=True)
+    assert model.info["ceiling_lift"]
+    return model
+
+
+def _lifts(model: InterferenceModel) -> np.ndarray:
+    """Each fitted job's ceiling lift, ``info["ceiling_lift"]`` in job order (0: none)."""
+    return np.array([model.info["ceiling_lift"].get(j, 0.0) for j in model.jobs])
 
 
 def _fitted_effects(model: InterferenceModel) -> np.ndarray:
-    """The second stage's effects, rebuilt as the fit computed them: the structure's mean
-    log speed of each pair from the stage's own draws, then the conjugate update."""
+    """The second stage's effects, rebuilt as the fit lent them: the structure's mean log
+    speed of each pair from the stage's own draws, then the conjugate update, relative to
+    each job's structure before its ceiling lift (the stored effects are relative to the
+    lifted structure)."""
     m = model.measured
     assert m is not None
     structure = dataclasses.replace(model, measured=None)
     mu = pair_log_speed(structure.draws(MEASURED_DRAWS, model.info["seed"])).numpy()
     effect = m.expected.copy()
     effect[m.job, m.co] += m.weight() * (m.log_speed - mu[m.job, m.co] - m.expected[m.job, m.co])
-    return effect
+    return effect + _lifts(model)[:, None]
 
 
 def _nearest(model: InterferenceModel, shares: dict[str, float], k: int) -> list[int]:
@@ -168,15 +178,20 @@ def test_a_new_job_borrows_the_effects_of_its_nearest_fitted_jobs(
     # Every fitted job is measured on both sides, so the new job's row is the mean of its
     # five nearest jobs' rows of effects, its column the mean of their columns, and its
     # effect on itself the mean of the block between them (rows first, then columns):
-    # interplace.model._cells.borrowed_effects, as the fit's own cold jobs get.
+    # interplace.model._cells.borrowed_effects, as the fit's own cold jobs get. The effects
+    # lent are the fit's, relative to each fitted job's structure before its ceiling lift
+    # (the stored ones are relative to the lifted structure; the new job is not lifted).
     grown = with_cold_jobs(eight, {"new": {"gpu_util_pct": 55.0, "mem_util_pct": 20.0}})
     m = grown.measured
     assert m is not None and grown.info["cold_jobs_borrowing"] == ["new"]
+    lift = _lifts(eight)
     effect = _fitted_effects(eight)
     near = _nearest(eight, {"gpu_compute": 0.55, "gpu_membw": 0.20}, 5)
     n = len(eight.jobs)
     np.testing.assert_allclose(m.expected[n, :n], effect[near].mean(0), rtol=0, atol=1e-12)
-    np.testing.assert_allclose(m.expected[:n, n], effect[:, near].mean(1), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        m.expected[:n, n], effect[:, near].mean(1) - lift, rtol=0, atol=1e-12
+    )
     assert m.expected[n, n] == pytest.approx(effect[np.ix_(near, near)].mean(), abs=1e-12)
     # The offsets put the structure's mean log speed of each new pair, under the grown
     # model's own stage draws, at its prediction plus that effect (the bracketed solve).
@@ -515,7 +530,9 @@ def test_a_new_job_in_a_family_starts_from_it_and_borrows_from_its_members(
     members = [m.jobs.index(f"job{i}") for i in range(4)]
     n = len(m.jobs)
     np.testing.assert_allclose(pairs.expected[n, :n], effect[members].mean(0), atol=1e-12)
-    np.testing.assert_allclose(pairs.expected[:n, n], effect[:, members].mean(1), atol=1e-12)
+    np.testing.assert_allclose(
+        pairs.expected[:n, n], effect[:, members].mean(1) - _lifts(m), atol=1e-12
+    )
 
 
 def test_a_family_the_model_does_not_know_is_not_used(

@@ -123,6 +123,17 @@ nearest to it by isolated counters), and a job never measured as a co-runner its
 as co-runners (rows first, then columns; :func:`~interplace.model._cells.borrowed_effects`),
 where the completion would give it the population's mean.
 
+*Ceilings.* A speed is relative to the job's recorded isolated throughput, one measurement
+whose error :math:`\beta_j` every speed of the job shares; the isolated run itself reads
+exactly 1 and holds :math:`\beta_j` near 0. Since a co-runner never speeds a job up, a pair
+measured faster than the job's speed alone says :math:`\beta_j` is higher, and no pressure
+offset reaches it. So the stage raises :math:`\beta_j`, in every draw, by
+:math:`\ell_j = \max(0, \max_k (\bar\mu_{jk} + \hat\delta_{jk}) - \bar\beta_j)` over the
+co-runners measured with ``j`` (``fit(lift_ceilings=True)``, opt-in for now;
+:func:`~interplace.model._cells.ceiling_lift`; ``info["ceiling_lift"]``) before the offsets
+are solved: every measured target is then met, the targets themselves are unchanged, and
+the job's speed alone, its ceiling next to anyone, rises by :math:`e^{\ell_j}`.
+
 *Cold jobs' demand scale.* Before that stage (``fit(cold_scale=True)``, the default;
 :mod:`interplace.model._coldscale`), each job without co-located runs has its posterior mean
 log demand moved, per resource a counter reads, by the median gap :math:`\log d - \log u` of

@@ -260,12 +260,16 @@ def _with_borrowed_effects(
         idx, n_fam = family_index(grown.families)
         family = np.where(idx < n_fam, idx, -1)
     plain = dataclasses.replace(grown, measured=None)
+    lifts = model.info.get("ceiling_lift", {})
+    if not isinstance(lifts, Mapping) or not set(lifts) <= set(model.jobs[:n_fit]):
+        raise InputError("this model's info['ceiling_lift'] does not name fitted jobs")
     pairs, lent = extended_pairs(
         model.measured,
         _first_jobs(plain, n_fit).draws(MEASURED_DRAWS, seed),
         plain.draws(MEASURED_DRAWS, seed),
         family=family,
         readings=np.vstack([old, new]),
+        lift=np.array([float(lifts.get(j, 0.0)) for j in model.jobs[:n_fit]]),
     )
     info = dict(grown.info)
     kept = dict(recorded) if isinstance(recorded, Mapping) else {}
