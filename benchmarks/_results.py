@@ -20,3 +20,20 @@ def save_json(results: Any, out: str | Path, indent: int = 1) -> str:
     with atomic_write(Path(out)) as fh:
         cast(IO[str], fh).write(text)
     return text
+
+
+def report(rows: list[Any], key: str, summary: Any, out: str | Path | None) -> dict[str, Any]:
+    """The end of a benchmark run: each row printed as a JSON line, then ``{<rows or splits>:
+    rows, key: summary, "command": ...}`` saved to ``out`` (when given) and its summary
+    printed; returns that dict. ``key`` names the summary; the rows go under ``"rows"``
+    unless ``key`` is ``"medians"`` (then ``"splits"``, as the older scripts wrote them)."""
+    import sys
+
+    for r in rows:
+        print(json.dumps(r), flush=True)
+    results = {"splits" if key == "medians" else "rows": rows, key: summary,
+               "command": " ".join(sys.argv)}
+    if out is not None:
+        save_json(results, out)
+    print(json.dumps(summary, indent=1))
+    return results
