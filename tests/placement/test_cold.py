@@ -239,6 +239,15 @@ def test_a_model_without_recorded_readings_adds_jobs_without_borrowing(
             with_cold_jobs(broken, {"new": {"gpu_util_pct": 55.0}})
 
 
+@pytest.mark.parametrize("bad", [[0.1], {"nope": 0.1}])
+def test_a_model_whose_ceiling_lifts_name_no_fitted_job_is_refused(
+    eight: InterferenceModel, bad: object,
+) -> None:
+    broken = dataclasses.replace(eight, info={**eight.info, "ceiling_lift": bad})
+    with pytest.raises(InputError, match=r"info\['ceiling_lift'\] does not name fitted jobs"):
+        with_cold_jobs(broken, {"new": {"gpu_util_pct": 55.0}})
+
+
 def _quad_moments(
     loc: float, scale: float, shares: list[float], noise: list[float], samples: int
 ) -> tuple[float, float]:
