@@ -7,6 +7,7 @@ Imported by the scripts beside it (``python benchmarks/<name>.py`` puts this fol
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -22,17 +23,14 @@ def save_json(results: Any, out: str | Path, indent: int = 1) -> str:
     return text
 
 
-def report(rows: list[Any], key: str, summary: Any, out: str | Path | None) -> dict[str, Any]:
-    """The end of a benchmark run: each row printed as a JSON line, then ``{<rows or splits>:
-    rows, key: summary, "command": ...}`` saved to ``out`` (when given) and its summary
-    printed; returns that dict. ``key`` names the summary; the rows go under ``"rows"``
-    unless ``key`` is ``"medians"`` (then ``"splits"``, as the older scripts wrote them)."""
-    import sys
-
+def report(rows: list[Any], summary: Any, out: str | Path | None, *, rows_key: str = "rows",
+           summary_key: str = "summary") -> dict[str, Any]:
+    """The end of a benchmark run: each row printed as a JSON line, then ``{rows_key: rows,
+    summary_key: summary, "command": ...}`` saved to ``out`` (when given) and the summary
+    printed; returns that dict."""
     for r in rows:
         print(json.dumps(r), flush=True)
-    results = {"splits" if key == "medians" else "rows": rows, key: summary,
-               "command": " ".join(sys.argv)}
+    results = {rows_key: rows, summary_key: summary, "command": " ".join(sys.argv)}
     if out is not None:
         save_json(results, out)
     print(json.dumps(summary, indent=1))

@@ -165,7 +165,7 @@ def main() -> None:
     jobs = [(args.lucid, kind, s, args.lift_ceilings, not args.no_ebm)
             for kind in args.splits for s in args.seeds]
     rows = spawn_map(_split_task, jobs, args.workers)
-    report(rows, "medians", _medians(rows), args.out)
+    report(rows, _medians(rows), args.out, rows_key="splits", summary_key="medians")
 
 
 if __name__ == "__main__":

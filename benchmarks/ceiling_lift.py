@@ -8,10 +8,9 @@ Each split is ``data:kind:family``: ``data`` is ``lucid`` or ``gavel-<gpu>``, ``
 run of 8 jobs held out; Lucid), ``family`` is ``none`` or a runs-table column (Lucid's
 ``model``). For each split and seed the structure is fitted once, as the default fit fits it
 (``fit(..., measured=False)``: the mixture on Gavel-sized data, one fit on Lucid, the
-cold-demand step), and the library's second stage
-(:func:`~interplace.model._cells.measured_pairs`) is run on its draws twice, without and with
-``lift_ceilings``, the lifted model built as ``fit(lift_ceilings=True)`` builds it (each
-job's isolated-reference bias shifted by its lift). Both are scored on the held-out rows as
+cold-demand step), and the second stage is added to it twice, without and with
+``lift_ceilings``, by the function :func:`fit` adds it with
+(:func:`interplace.model._fit.with_second_stage`). Both are scored on the held-out rows as
 ``evaluate`` scores: MAE, mean error, 90% interval coverage; with the number of jobs lifted
 and the mean and largest lift (log scale). Per split: medians over seeds and the median of
 the per-seed ratio lifted / not.
@@ -20,7 +19,6 @@ the per-seed ratio lifted / not.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -32,36 +30,17 @@ from _results import report
 
 from interplace._parallel import spawn_map
 from interplace.datasets import load_gavel, load_lucid
-from interplace.model import InterferenceModel, fit
-from interplace.model._cells import measured_pairs
+from interplace.model import fit
 from interplace.model._coldscale import isolated_log_readings
 from interplace.model._data import (
     DEFAULT_RESOURCES,
-    Observations,
     counters_from_samples,
     family_index,
     job_families,
     observations_from_runs,
 )
 from interplace.model._evaluate import cold_split, holdout_split, row_queries
-from interplace.model._fit import MEASURED_DRAWS
-
-
-def staged(structure: InterferenceModel, obs: Observations, readings: np.ndarray[Any, Any],
-           seed: int, family: np.ndarray[Any, Any] | None, lift: bool
-           ) -> tuple[InterferenceModel, np.ndarray[Any, Any]]:
-    """``structure`` with the second stage, lifted or not, as :func:`fit` assembles it."""
-    pairs, info = measured_pairs(
-        obs, structure.draws(MEASURED_DRAWS, seed), structure.speed_noise(),
-        structure.hyper.measure_noise, seed=seed, family=family, readings=readings,
-        lift_ceilings=lift,
-    )
-    ell = np.asarray(info["ceiling_lift"], dtype=float)
-    posterior = dict(structure.posterior)
-    if ell.any():
-        loc, scale = posterior["iso_bias"]
-        posterior["iso_bias"] = (loc + torch.as_tensor(ell, dtype=loc.dtype), scale)
-    return dataclasses.replace(structure, posterior=posterior, measured=pairs), ell
+from interplace.model._fit import with_second_stage
 
 
 def one(task: tuple[str, str, str, int, str]) -> dict[str, Any]:
@@ -89,7 +68,8 @@ def one(task: tuple[str, str, str, int, str]) -> dict[str, Any]:
     row: dict[str, Any] = {"data": name, "split": kind, "family": family, "seed": seed,
                            "fit_seconds": fit_s}
     for lift in (False, True):
-        model, ell = staged(structure, obs, readings, seed, fam, lift)
+        model, ell, _ = with_second_stage(structure, obs, seed=seed, family=fam,
+                                          readings=readings, lift_ceilings=lift)
         post = model.posterior_speed(row_queries(test), seed=seed)
         row["lifted" if lift else "not"] = {
             "mae": float(np.abs(post.mean - y).mean()),
@@ -139,7 +119,7 @@ def main() -> None:
             sys.exit(f"no Lucid data at {args.lucid} (give --lucid PATH)")
         tasks += [(parts[0], parts[1], parts[2], s, args.lucid) for s in args.seeds]
     rows = spawn_map(one, tasks, args.workers)
-    report(rows, "summary", summary(rows), args.out)
+    report(rows, summary(rows), args.out)
 
 
 if __name__ == "__main__":

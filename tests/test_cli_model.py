@@ -7,13 +7,16 @@ import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import pytest
 
 from interplace.cli import main
 from interplace.datasets import synthetic, write_runs
+
+if TYPE_CHECKING:
+    from interplace.model import InterferenceModel
 
 STEPS = "200"
 EVAL_STEPS = "100"  # each evaluate fits its own model; the JSON shape is what is tested
@@ -468,20 +471,30 @@ def test_fit_and_evaluate_take_job_families(
     assert not missing.exists()
 
 
+def _fit_with(
+    capsys: pytest.CaptureFixture[str], fitted: Fitted, model: Path, *flags: str
+) -> tuple[str, InterferenceModel]:
+    """``interplace fit`` on the fixture's data with ``flags``, into ``model``: it must
+    succeed silently on stderr; returns its stdout and the saved model, loaded."""
+    from interplace.model import InterferenceModel
+
+    data = fitted.data
+    inputs = ["--runs", str(data / "runs.csv"), "--samples", str(data / "samples.csv")]
+    code, out, err = run(capsys, "fit", *inputs, "--out", str(model), *flags)
+    assert (code, err) == (0, "")
+    return out, InterferenceModel.load(model)
+
+
 def test_fit_takes_rank_structure_only_and_no_cold_scale(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, fitted: Fitted
 ) -> None:
     from interplace.model import InterferenceModel
 
     assert InterferenceModel.load(fitted.model).measured is not None  # the default keeps them
-    model = tmp_path / "model"
-    data = fitted.data
-    inputs = ["--runs", str(data / "runs.csv"), "--samples", str(data / "samples.csv")]
-    flags = ["--rank", "0", "--structure-only", "--no-cold-scale", "--steps", STEPS,
-             "--restarts", "1", "--quiet"]
-    code, _, err = run(capsys, "fit", *inputs, "--out", str(model), *flags)
-    assert (code, err) == (0, "")
-    loaded = InterferenceModel.load(model)
+    _, loaded = _fit_with(
+        capsys, fitted, tmp_path / "model", "--rank", "0", "--structure-only", "--no-cold-scale",
+        "--steps", STEPS, "--restarts", "1", "--quiet",
+    )
     assert loaded.rank == 0 and loaded.measured is None
     assert loaded.info["cold_scale"] is False and loaded.info["cold_demand_shift"] == {}
     assert InterferenceModel.load(fitted.model).info["cold_scale"] is True
@@ -492,13 +505,10 @@ def test_fit_takes_lift_ceilings(
 ) -> None:
     from interplace.model import InterferenceModel
 
-    model = tmp_path / "model"
-    data = fitted.data
-    inputs = ["--runs", str(data / "runs.csv"), "--samples", str(data / "samples.csv")]
-    flags = ["--lift-ceilings", "--steps", STEPS, "--restarts", "1", "--quiet"]
-    code, _, err = run(capsys, "fit", *inputs, "--out", str(model), *flags)
-    assert (code, err) == (0, "")
-    loaded = InterferenceModel.load(model)
+    _, loaded = _fit_with(
+        capsys, fitted, tmp_path / "model", "--lift-ceilings", "--steps", STEPS,
+        "--restarts", "1", "--quiet",
+    )
     assert loaded.measured is not None and loaded.info["lift_ceilings"] is True
     # The synthetic data's noisy isolated references leave some job faster next to a
     # co-runner than alone: it is lifted, and the lift survives the save.
@@ -511,16 +521,11 @@ def test_fit_takes_lift_ceilings(
 def test_fit_takes_restarts_and_temper(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, fitted: Fitted
 ) -> None:
-    from interplace.model import InterferenceModel
-
-    model = tmp_path / "model"
-    data = fitted.data
-    inputs = ["--runs", str(data / "runs.csv"), "--samples", str(data / "samples.csv")]
-    flags = ["--restarts", "2", "--temper", "1.5", "--workers", "2", "--steps", STEPS, "--quiet"]
-    code, out, err = run(capsys, "fit", *inputs, "--out", str(model), *flags)
-    assert (code, err) == (0, "")
+    out, loaded = _fit_with(
+        capsys, fitted, tmp_path / "model", "--restarts", "2", "--temper", "1.5",
+        "--workers", "2", "--steps", STEPS, "--quiet",
+    )
     assert "over 2 restarts" in out
-    loaded = InterferenceModel.load(model)
     assert loaded.components == 2
     assert (loaded.info["restarts"], loaded.info["temper"]) == (2, 1.5)
 

@@ -760,22 +760,46 @@ def fit(
         info["measured_pairs"] = 0
         return structure
 
-    noise = structure.speed_noise()
     stage2 = time.perf_counter()
-    pairs, completion = measured_pairs(
-        obs, structure.draws(MEASURED_DRAWS, seed), noise, hyper.measure_noise, seed=seed,
-        family=fam_idx, readings=readings, lift_ceilings=lift_ceilings,
+    model, lift, completion = with_second_stage(
+        structure, obs, seed=seed, family=fam_idx, readings=readings,
+        lift_ceilings=lift_ceilings,
     )
-    lift = np.asarray(completion.pop("ceiling_lift", np.zeros(len(jobs))), dtype=float)
     info["ceiling_lift"] = {jobs[j]: float(lift[j]) for j in np.flatnonzero(lift > 0)}
-    if lift.any():
-        shift = torch.as_tensor(lift, dtype=posterior["iso_bias"][0].dtype)
-        loc, scale = posterior["iso_bias"]
-        posterior = {**posterior, "iso_bias": (loc + shift, scale)}
-        structure = dataclasses.replace(structure, posterior=posterior)
-    info["measured_pairs"] = 0 if pairs is None else len(pairs)
+    info["measured_pairs"] = 0 if model.measured is None else len(model.measured)
     info["completion"] = completion
     stage2_seconds = time.perf_counter() - stage2
     info["measured_seconds"] = stage2_seconds
     info["fit_seconds"] = seconds + stage2_seconds
-    return dataclasses.replace(structure, measured=pairs)
+    return model
+
+
+def with_second_stage(
+    structure: InterferenceModel,
+    obs: Observations,
+    *,
+    seed: int,
+    family: np.ndarray[Any, Any] | None = None,
+    readings: np.ndarray[Any, Any] | None = None,
+    lift_ceilings: bool = False,
+) -> tuple[InterferenceModel, np.ndarray[Any, Any], dict[str, Any]]:
+    """``structure`` (a fit without measured pairs) with the second stage of
+    :mod:`interplace.model._cells` computed from its ``MEASURED_DRAWS`` draws (seed ``seed``)
+    for the observations ``obs`` it was fitted on, as :func:`fit` adds it: with
+    ``lift_ceilings`` the posterior's isolated-reference bias is shifted by each job's lift.
+    Returns the model, the lifts ``(J,)`` (zeros without) and the completion's summary
+    (:func:`~interplace.model._cells.measured_pairs`, less ``ceiling_lift``). ``family``:
+    ``(J,)`` family indices (negative: none); ``readings``: ``(J, R)`` log isolated readings.
+    """
+    pairs, completion = measured_pairs(
+        obs, structure.draws(MEASURED_DRAWS, seed), structure.speed_noise(),
+        structure.hyper.measure_noise, seed=seed, family=family, readings=readings,
+        lift_ceilings=lift_ceilings,
+    )
+    lift = np.asarray(completion.pop("ceiling_lift", np.zeros(len(structure.jobs))), dtype=float)
+    if lift.any():
+        loc, scale = structure.posterior["iso_bias"]
+        shift = torch.as_tensor(lift, dtype=loc.dtype)
+        posterior = {**structure.posterior, "iso_bias": (loc + shift, scale)}
+        structure = dataclasses.replace(structure, posterior=posterior)
+    return dataclasses.replace(structure, measured=pairs), lift, completion
