@@ -3,11 +3,12 @@
 Run: ``python benchmarks/accuracy.py [--seeds 0 1 2] [--lucid ../shared/datasets/lucid]
 [--out results.json] [--parts gavel lucid denoise ablation decision] [--families none model]
 [--gavel v100 p100 k80] [--workers 2] [--mixes 5] [--restarts K] [--temper LAMBDA]
-[--lucid-splits random cold] [--no-fit-time] [--lift-ceilings]``
+[--lucid-splits random cold] [--no-fit-time] [--no-lift-ceilings]``
 
 ``--restarts`` and ``--temper`` pass those options to every fit (default: the library's own,
 which pools four tempered restarts on Gavel-sized data and fits Lucid once);
-``--lift-ceilings`` fits with ``fit(lift_ceilings=True)``.
+``--no-lift-ceilings`` fits with ``fit(lift_ceilings=False)`` (the default until the
+fifteenth session).
 
 Peers: every split also scores the peer predictors of :mod:`interplace.model._peers` on the
 same split (soft-impute matrix completion with inner-CV rank and shrinkage, scikit-learn
@@ -407,9 +408,9 @@ def main() -> None:
         "--temper", type=float, help="fit option: likelihood power (default: fit's own)"
     )
     ap.add_argument(
-        "--lift-ceilings",
+        "--no-lift-ceilings",
         action="store_true",
-        help="fit option: fit(lift_ceilings=True) (default: fit's own, off)",
+        help="fit option: fit(lift_ceilings=False) (default: fit's own, on)",
     )
     ap.add_argument(
         "--lucid-splits",
@@ -437,8 +438,8 @@ def main() -> None:
     fit_kwargs: dict[str, Any] = {
         k: v for k, v in (("restarts", args.restarts), ("temper", args.temper)) if v is not None
     }
-    if args.lift_ceilings:
-        fit_kwargs["lift_ceilings"] = True
+    if args.no_lift_ceilings:
+        fit_kwargs["lift_ceilings"] = False
     results: dict[str, Any] = {"seeds": args.seeds, "fit": fit_kwargs, "splits": []}
     families = [None if f == "none" else f for f in args.families]
     for gpu in args.gavel if "gavel" in args.parts else ():

@@ -1,7 +1,7 @@
 """Where the model loses to its peers: held-out speeds above the model's own ceiling.
 
 Run: ``python benchmarks/ceiling.py [--lucid PATH] [--splits random cold] [--seeds 0 1 2]
-[--workers 2] [--lift-ceilings] [--no-ebm] [--out results.json]``
+[--workers 2] [--no-lift-ceilings] [--no-ebm] [--out results.json]``
 
 The model's speed of a job never rises with a co-runner (the contention term only adds load,
 and the pair term and the second stage only scale a co-runner's pressure), so its prediction
@@ -29,9 +29,10 @@ rows alone, which any fit of this model keeps (a peer, unbounded, need not).
 
 Two monotone versions of matrix completion say what the ceiling costs: soft-impute capped at
 the model's ceilings, and capped at each job's fastest measured co-located speed in training
-(the highest ceiling a monotone model of the training data can justify). ``--lift-ceilings``
-fits the model with ``fit(lift_ceilings=True)`` (each job's speed alone raised to its fastest
-measured pair's target); ``--no-ebm`` leaves the EBM out.
+(the highest ceiling a monotone model of the training data can justify). The default fit
+lifts each job's speed alone to its fastest measured pair's target (since the fifteenth
+session); ``--no-lift-ceilings`` fits with ``fit(lift_ceilings=False)``, the model this
+account was first run on; ``--no-ebm`` leaves the EBM out.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def _mae(pred: np.ndarray[Any, Any], y: np.ndarray[Any, Any]) -> float:
     return float(np.abs(pred - y).mean()) if len(y) else float("nan")
 
 
-def _split(path: str, kind: str, seed: int, lift: bool = False, ebm: bool = True
+def _split(path: str, kind: str, seed: int, lift: bool = True, ebm: bool = True
            ) -> dict[str, Any]:
     torch.set_num_threads(1)
     data = load_lucid(path)
@@ -155,14 +156,14 @@ def main() -> None:
                     default=["random", "cold"])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--workers", type=int, default=1, help="splits in parallel processes")
-    ap.add_argument("--lift-ceilings", action="store_true",
-                    help="fit the model with fit(lift_ceilings=True)")
+    ap.add_argument("--no-lift-ceilings", action="store_true",
+                    help="fit the model with fit(lift_ceilings=False)")
     ap.add_argument("--no-ebm", action="store_true", help="leave the EBM peer out (faster)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     if not Path(args.lucid, "colocate_info.csv").is_file():
         sys.exit(f"no Lucid data at {args.lucid} (give --lucid PATH)")
-    jobs = [(args.lucid, kind, s, args.lift_ceilings, not args.no_ebm)
+    jobs = [(args.lucid, kind, s, not args.no_lift_ceilings, not args.no_ebm)
             for kind in args.splits for s in args.seeds]
     rows = spawn_map(_split_task, jobs, args.workers)
     report(rows, _medians(rows), args.out, rows_key="splits", summary_key="medians")

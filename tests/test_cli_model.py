@@ -500,22 +500,24 @@ def test_fit_takes_rank_structure_only_and_no_cold_scale(
     assert InterferenceModel.load(fitted.model).info["cold_scale"] is True
 
 
-def test_fit_takes_lift_ceilings(
+def test_fit_takes_no_lift_ceilings(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, fitted: Fitted
 ) -> None:
     from interplace.model import InterferenceModel
 
     _, loaded = _fit_with(
-        capsys, fitted, tmp_path / "model", "--lift-ceilings", "--steps", STEPS,
+        capsys, fitted, tmp_path / "model", "--no-lift-ceilings", "--steps", STEPS,
         "--restarts", "1", "--quiet",
     )
-    assert loaded.measured is not None and loaded.info["lift_ceilings"] is True
-    # The synthetic data's noisy isolated references leave some job faster next to a
-    # co-runner than alone: it is lifted, and the lift survives the save.
-    lift = loaded.info["ceiling_lift"]
-    assert lift and all(v > 0 for v in lift.values())
-    default = InterferenceModel.load(fitted.model).info
-    assert default["lift_ceilings"] is False and default["ceiling_lift"] == {}
+    assert loaded.measured is not None and loaded.info["lift_ceilings"] is False
+    assert loaded.info["ceiling_lift"] == {} and loaded.measured.spread is None
+    # By default, the synthetic data's noisy isolated references leave some job faster next
+    # to a co-runner than alone: it is lifted, and the lift and the calibrated spread
+    # survive the save.
+    default = InterferenceModel.load(fitted.model)
+    lift = default.info["ceiling_lift"]
+    assert default.info["lift_ceilings"] is True and lift and all(v > 0 for v in lift.values())
+    assert default.measured is not None and default.measured.spread is not None
 
 
 def test_fit_takes_restarts_and_temper(

@@ -128,11 +128,13 @@ def test_saved_directory_holds_json_and_safetensors_only(saved: Path) -> None:
     tensor_names = {k for k in header if k != "__metadata__"}
     site_tensors = {f"{s}.{p}" for s in meta["sites"] for p in ("loc", "scale")}
     measured = {
-        f"measured.{k}" for k in ("job", "co", "log_speed", "n", "expected", "offset")
+        f"measured.{k}"
+        for k in ("job", "co", "log_speed", "n", "expected", "offset", "spread")
     }
-    assert meta["measured"] is not None  # the default fit keeps its measured pairs
+    # The default fit keeps its measured pairs, and lifts ceilings (hence the spread).
+    assert meta["measured"] is not None
     assert tensor_names == site_tensors | measured
-    floats = {"measured.log_speed", "measured.expected", "measured.offset"}
+    floats = {"measured.log_speed", "measured.expected", "measured.offset", "measured.spread"}
     assert {header[k]["dtype"] for k in site_tensors | floats} == {"F64"}
     assert {header[f"measured.{k}"]["dtype"] for k in ("job", "co", "n")} == {"I64"}
 
@@ -198,7 +200,8 @@ def test_an_extra_tensor_is_refused(saved: Path) -> None:
 
 
 def test_every_missing_tensor_is_refused(small_model: InterferenceModel, saved: Path) -> None:
-    names = sorted(load_file(str(saved / WEIGHTS)))
+    # (measured.spread is optional: a model without it, test_a_model_without_a_measured_...)
+    names = sorted(set(load_file(str(saved / WEIGHTS))) - {"measured.spread"})
     for name in names:
         _edit_tensors(saved, lambda t, name=name: t.pop(name))
         with pytest.raises(InputError, match=re.escape(f"lacks {name!r}")):
@@ -254,6 +257,8 @@ def test_a_tensor_of_the_wrong_shape_is_refused(
             message = (
                 "must be a finite square"
                 if name.endswith(("expected", "offset"))
+                else r"spread must be a \(J, J\) array"
+                if name.endswith("spread")
                 else "job, co, log_speed and n must be"
             )
         with pytest.raises(InputError, match=message):
@@ -338,6 +343,40 @@ def test_measured_pairs_round_trip(small_model: InterferenceModel, saved: Path) 
     assert (loaded.measured.scale, loaded.measured.noise) == (
         small_model.measured.scale, small_model.measured.noise
     )
+    # The default fit lifts ceilings, and each unmeasured pair's spread comes with it.
+    assert small_model.measured.spread is not None and loaded.measured.spread is not None
+    np.testing.assert_array_equal(loaded.measured.spread, small_model.measured.spread)
+
+
+def test_a_model_without_a_measured_spread_loads_with_tau(saved: Path) -> None:
+    # A fit that lifted no ceiling, or a model saved before version 8, has no spread: every
+    # unmeasured pair's interval spread is tau, as it was saved.
+    def drop(t: dict[str, torch.Tensor]) -> None:
+        del t["measured.spread"]
+
+    _edit_tensors(saved, drop)
+    _edit_meta(saved, lambda m: m.update(format_version=7))
+    m = InterferenceModel.load(saved).measured
+    assert m is not None and m.spread is None
+    assert bool((m.spreads(3) == m.scale).all())
+
+
+def test_a_version_7_model_with_a_measured_spread_is_refused(saved: Path) -> None:
+    _edit_meta(saved, lambda m: m.update(format_version=7))
+    with pytest.raises(InputError, match="version 7 model has no measured-pair spread"):
+        InterferenceModel.load(saved)
+
+
+@pytest.mark.parametrize("bad", [-0.01, 0.0, float("nan")])
+def test_a_bad_measured_spread_is_refused(saved: Path, bad: float) -> None:
+    def poisoned(t: dict[str, torch.Tensor]) -> None:
+        x = t["measured.spread"].clone()
+        x[0, 1] = bad
+        t["measured.spread"] = x
+
+    _edit_tensors(saved, poisoned)
+    with pytest.raises(InputError, match=r"spread must be a \(J, J\) array of finite scales > 0"):
+        InterferenceModel.load(saved)
 
 
 def test_measured_pair_tensors_without_their_description_are_refused(saved: Path) -> None:

@@ -123,6 +123,10 @@ def test_cold_jobs_keep_the_measured_pairs(small_model: InterferenceModel) -> No
     assert np.array_equal(grown.expected[:n, :n], old.expected)
     assert np.array_equal(grown.offset[:n, :n], old.offset)
     assert grown.expected.shape == (n + 1, n + 1)
+    # The fitted pairs keep their spreads after the lift; the added job's pairs get tau.
+    assert old.spread is not None and grown.spread is not None
+    assert np.array_equal(grown.spread[:n, :n], old.spread)
+    assert bool((grown.spread[n] == old.scale).all() and (grown.spread[:, n] == old.scale).all())
     p = m2.posterior_speed([Query("new", ("job0",)), Query("job0", ("new",))], seed=0)
     assert bool(torch.isfinite(p.speed).all())
 

@@ -127,7 +127,7 @@ def add_fit_args(p: argparse.ArgumentParser) -> None:
 
 def add_rank_arg(p: argparse.ArgumentParser) -> None:
     """``--rank`` (the largest rank of the model's low-rank pair term), ``--structure-only``
-    (no measured-pair stage), ``--no-cold-scale``, ``--lift-ceilings``, ``--restarts`` and
+    (no measured-pair stage), ``--no-cold-scale``, ``--no-lift-ceilings``, ``--restarts`` and
     ``--temper`` (the inference), for fit and evaluate."""
     p.add_argument(
         "--rank",
@@ -149,11 +149,11 @@ def add_rank_arg(p: argparse.ArgumentParser) -> None:
         "instead of on the scale the fitted jobs' demand has against their counters",
     )
     p.add_argument(
-        "--lift-ceilings",
+        "--no-lift-ceilings",
         action="store_true",
-        help="raise the speed alone of a job measured faster next to a co-runner than alone "
-        "to its fastest measured pair, which the model can then reach (more accurate on "
-        "Lucid, wider intervals; see interplace.model.fit)",
+        help="keep each job's speed alone where the structure puts it, even where a measured "
+        "pair ran faster than it (the default lifts it to that pair; without the lift the "
+        "model is less accurate on Lucid: see interplace.model.fit)",
     )
     p.add_argument(
         "--restarts",
@@ -208,9 +208,8 @@ def fit_steps(info: Mapping[str, Any]) -> str:
 def rank_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """``rank``, ``restarts`` and ``temper`` where given, ``measured=False`` for
     ``--structure-only``, ``cold_scale=False`` for ``--no-cold-scale`` and
-    ``lift_ceilings=True`` for ``--lift-ceilings`` (otherwise the library's defaults), and
-    ``workers``
-    (:func:`fit_workers`)."""
+    ``lift_ceilings=False`` for ``--no-lift-ceilings`` (otherwise the library's defaults),
+    and ``workers`` (:func:`fit_workers`)."""
     out: dict[str, Any] = {
         k: getattr(args, k) for k in ("rank", "restarts", "temper") if getattr(args, k) is not None
     }
@@ -218,8 +217,8 @@ def rank_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         out["measured"] = False
     if args.no_cold_scale:
         out["cold_scale"] = False
-    if args.lift_ceilings:
-        out["lift_ceilings"] = True
+    if args.no_lift_ceilings:
+        out["lift_ceilings"] = False
     out["workers"] = fit_workers(args)
     return out
 

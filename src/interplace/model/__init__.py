@@ -129,10 +129,15 @@ exactly 1 and holds :math:`\beta_j` near 0. Since a co-runner never speeds a job
 measured faster than the job's speed alone says :math:`\beta_j` is higher, and no pressure
 offset reaches it. So the stage raises :math:`\beta_j`, in every draw, by
 :math:`\ell_j = \max(0, \max_k (\bar\mu_{jk} + \hat\delta_{jk}) - \bar\beta_j)` over the
-co-runners measured with ``j`` (``fit(lift_ceilings=True)``, opt-in for now;
+co-runners measured with ``j`` (the default; ``fit(lift_ceilings=False)`` leaves it out;
 :func:`~interplace.model._cells.ceiling_lift`; ``info["ceiling_lift"]``) before the offsets
 are solved: every measured target is then met, the targets themselves are unchanged, and
-the job's speed alone, its ceiling next to anyone, rises by :math:`e^{\ell_j}`.
+the job's speed alone, its ceiling next to anyone, rises by :math:`e^{\ell_j}`. The lift
+adds no information about a pair, but the structure's draws of the larger slowdown a lifted
+job then needs spread wider; each unmeasured pair's effect spread narrows by as much, to
+:math:`\tau_{jk}^2 = \max(\tau^2 - (v^\uparrow_{jk} - v_{jk}), \tau^2 / 100)` with
+:math:`v` the variance of its log speed over the draws, lifted and not
+(:func:`~interplace.model._cells.lifted_spread`), so its interval is as wide as before.
 
 *Cold jobs' demand scale.* Before that stage (``fit(cold_scale=True)``, the default;
 :mod:`interplace.model._coldscale`), each job without co-located runs has its posterior mean

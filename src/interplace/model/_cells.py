@@ -81,16 +81,28 @@ as a victim is not lifted. The fit shifts the posterior's :math:`\beta_j` by :ma
 (``info["ceiling_lift"]``), so the stored completion and offsets are relative to the lifted
 structure. Measured on Lucid, whose normalised speeds exceed 1 in a fifth of its co-located
 rows (``docs/benchmarks.md``, "Ceilings lifted to the fastest measured pair"): held-out MAE
-7% lower on its random splits, 1% on its cold-start ones (medians per split), but the 90%
-intervals, whose :math:`\tau` is set as above, cover 0.956 where they covered 0.910: off by
-default until :math:`\tau` is calibrated with the lift.
+7% lower on its random splits, 1% on its cold-start ones (medians per split).
 
 *Intervals.* A new measurement of a measured pair adds the measurement noise
 :math:`\sigma_m` (Student-t with the structure's degrees of freedom); next to a co-runner
-never measured with the job, also a Student-t spread of scale :math:`\tau` for that pair's
-unknown effect (one per such co-runner that shares anything with the job). (The mean of
-the exponential of a Student-t draw does not exist, so that spread widens the interval of a
-measurement, not the posterior of the mean speed.)
+never measured with the job, also a Student-t spread of scale :math:`\tau_{jk}` for that
+pair's unknown effect (one per such co-runner that shares anything with the job). (The mean
+of the exponential of a Student-t draw does not exist, so that spread widens the interval of
+a measurement, not the posterior of the mean speed.) Without the lift :math:`\tau_{jk} =
+\tau`. The lift adds no information about a pair: its target is the one the unlifted fit
+aimed at. But a lifted job must slow down further from its raised speed alone to meet the
+same target, and the structure's draws of that larger slowdown spread wider (on Lucid's
+random splits the variance over the draws of a held-out pair's log speed rises by a median
+of :math:`0.016^2` to :math:`0.020^2`, 40-55% of :math:`\tau^2`), so a lifted fit whose
+intervals kept :math:`\tau` covered 0.956 of held-out speeds with 90% intervals. So each
+pair keeps the predictive variance it had without the lift:
+
+.. math:: \tau_{jk}^2 = \max\bigl(\tau^2 - (v^\uparrow_{jk} - v_{jk}),
+          (\tau / 10)^2\bigr),
+
+with :math:`v_{jk}` and :math:`v^\uparrow_{jk}` the variance over the draws of the pair's log
+speed at its offset, unlifted and lifted (``MeasuredPairs.spread``; equal, so
+:math:`\tau_{jk} = \tau`, for a job not lifted).
 
 The stage is a *cut*: the effects do not feed back into the structure. Fitting them jointly
 by SVI was tried (``docs/benchmarks.md``): with the measurement-noise prior the effects
@@ -123,6 +135,7 @@ __all__ = [
     "complete_effects",
     "extended_pairs",
     "lifted_draws",
+    "lifted_spread",
     "measured_cells",
     "measured_pairs",
     "pair_log_speed",
@@ -148,9 +161,12 @@ class MeasuredPairs:
     :math:`\sigma_m`, the measurement noise (both on the log scale, > 0); ``expected``:
     ``(J0, J0)`` the completion :math:`m_{jk}` among the ``J0`` jobs fitted; ``offset``:
     ``(J0, J0)`` the pressure offsets :math:`c_{jk}` in
-    ``[-OFFSET_BOUND, OFFSET_BOUND]``. Jobs added after the fit (placement-time cold start)
-    get rows and columns of their own where the fit recorded its jobs' isolated readings
-    (:func:`extended_pairs`, so ``J0`` may exceed the fitted jobs), and zeros otherwise.
+    ``[-OFFSET_BOUND, OFFSET_BOUND]``; ``spread``: ``(J0, J0)`` each unmeasured pair's
+    :math:`\tau_{jk}` (module docstring, *Intervals*; > 0), or None for :math:`\tau` on
+    every pair (a fit that lifted no ceiling, and models saved before format version 8).
+    Jobs added after the fit (placement-time cold start) get rows and columns of their own
+    where the fit recorded its jobs' isolated readings (:func:`extended_pairs`, so ``J0`` may
+    exceed the fitted jobs), and zeros otherwise.
     """
 
     job: _IntArray
@@ -161,6 +177,7 @@ class MeasuredPairs:
     noise: float
     expected: _FloatArray
     offset: _FloatArray
+    spread: _FloatArray | None = None
 
     def __post_init__(self) -> None:
         c = self.job.shape
@@ -185,6 +202,11 @@ class MeasuredPairs:
                 raise InputError(f"measured pairs: {name} must be a finite square (J, J) array")
         if self.offset.shape != self.expected.shape:
             raise InputError("measured pairs: offset and expected differ in shape")
+        if self.spread is not None and (
+            self.spread.shape != self.expected.shape
+            or not np.all(np.isfinite(self.spread)) or not np.all(self.spread > 0)
+        ):
+            raise InputError("measured pairs: spread must be a (J, J) array of finite scales > 0")
         if np.abs(self.offset).max(initial=0.0) > OFFSET_BOUND:
             raise InputError(f"measured pairs: offsets must lie in +-{OFFSET_BOUND}")
         if c[0] and max(int(self.job.max()), int(self.co.max())) >= self.expected.shape[0]:
@@ -202,6 +224,15 @@ class MeasuredPairs:
         """Each pair's shrinkage weight :math:`w_{jk}`, ``(C,)``."""
         tau2 = self.scale**2
         return np.asarray(tau2 / (tau2 + self.noise**2 / self.n), dtype=float)
+
+    def spreads(self, n_jobs: int) -> torch.Tensor:
+        r"""Each pair's :math:`\tau_{jk}`, ``(n_jobs, n_jobs)``: ``spread``, and :math:`\tau`
+        where there is none (and for jobs beyond it)."""
+        out = torch.full((n_jobs, n_jobs), self.scale, dtype=torch.float64)
+        if self.spread is not None:
+            j0 = self.spread.shape[0]
+            out[:j0, :j0] = torch.as_tensor(self.spread, dtype=torch.float64)
+        return out
 
     def padded(self, name: str, n_jobs: int) -> torch.Tensor:
         """``expected`` or ``offset`` as a ``(n_jobs, n_jobs)`` tensor, zeros for later jobs."""
@@ -464,9 +495,18 @@ def _mean_log_speed(
     :math:`x_r = p_{jr} + \text{load}_r - \theta_r`, returned with :math:`x` and :math:`e`
     (the offset search's slope reuses them). Shapes broadcast as :func:`_pair_terms` gives
     them, or gathered to ``(S, A, R)`` for ``A`` pairs."""
+    value, arg, excess = _log_speed_draws(press_j, load, th, sens_j, base, bias)
+    return value.mean(0), arg, excess
+
+
+def _log_speed_draws(
+    press_j: torch.Tensor, load: torch.Tensor, th: torch.Tensor, sens_j: torch.Tensor,
+    base: torch.Tensor, bias: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`_mean_log_speed` draw by draw (the first dimension kept)."""
     arg = press_j + load - th
     excess = (_softplus(arg) - base).clamp_min(0.0)
-    return (-torch.log1p(sens_j * excess).sum(-1) + bias).mean(0), arg, excess
+    return -torch.log1p(sens_j * excess).sum(-1) + bias, arg, excess
 
 
 def _gather(
@@ -579,6 +619,58 @@ def _cells_log_speed(
     return _mean_log_speed(p_j, q, th_r, s_j, b_j, bias_j)[0]
 
 
+def _cells_variance(
+    terms: tuple[torch.Tensor, ...], offset: torch.Tensor, cells: torch.Tensor, n_jobs: int
+) -> torch.Tensor:
+    """The variance over the draws of each pair's log speed at flat indices ``cells`` under
+    pressure offsets ``offset`` (``(J, J)``), ``(A,)`` (``terms``: :func:`_pair_terms`)."""
+    p_j, q, th_r, s_j, b_j, bias_j = _gather(terms, cells, n_jobs)
+    load = q * offset.reshape(-1)[cells].exp().unsqueeze(-1)
+    return _log_speed_draws(p_j, load, th_r, s_j, b_j, bias_j)[0].var(0)
+
+
+def lifted_spread(
+    draws: Mapping[str, torch.Tensor], lifted: Mapping[str, torch.Tensor], target: torch.Tensor,
+    offset: torch.Tensor, tau: float, lift: _FloatArray,
+) -> _FloatArray:
+    r"""Each pair's :math:`\tau_{jk}` after the ceiling lift (module docstring,
+    *Intervals*), ``(J, J)``: :math:`\tau` narrowed by what the lift added to the variance
+    of the pair's log speed over the draws, :math:`\max(\tau^2 - (v^\uparrow_{jk} - v_{jk}),
+    (\tau/10)^2)^{1/2}`. ``draws``, ``lifted``: the draws before and after the lift
+    (:func:`lifted_draws`); ``target``: ``(J, J)`` the pairs' targets; ``offset``: ``(J, J)``
+    the offsets that meet them under ``lifted``; ``lift``: ``(J,)``. Rows of jobs not lifted
+    are :math:`\tau` (their draws and offsets are the same either way); the others' unlifted
+    offsets are solved here.
+
+    >>> import torch, numpy as np
+    >>> g = torch.Generator().manual_seed(0)
+    >>> d = {k: torch.randn(shape, generator=g, dtype=torch.float64) * sd + mu
+    ...      for k, shape, sd, mu in [("log_demand", (64, 2, 1), 0.5, -1.0),
+    ...      ("log_intensity", (64, 2, 1), 0.3, 0.0), ("sens_eps", (64, 2, 1), 1.0, 0.0),
+    ...      ("sens_loc", (64, 1), 0.3, 0.0), ("sens_slope", (64, 1), 0.1, 0.5),
+    ...      ("sens_scale", (64, 1), 0.1, 0.5), ("threshold", (64, 1), 0.1, 0.8),
+    ...      ("iso_bias", (64, 2), 0.02, 0.0)]}
+    >>> lift = np.array([0.1, 0.0])
+    >>> up = lifted_draws(d, lift)
+    >>> target = pair_log_speed(d) - 0.02
+    >>> tau_jk = lifted_spread(d, up, target, _solve_offsets(up, target), 0.05, lift)
+    >>> bool(tau_jk[0, 1] < 0.05), tau_jk[1].tolist()  # the lifted row narrows; not the other
+    (True, [0.05, 0.05])
+    """
+    n_jobs = target.shape[0]
+    out = np.full((n_jobs, n_jobs), float(tau))
+    rows = np.flatnonzero(lift > 0)
+    if rows.size == 0:
+        return out
+    cells = torch.as_tensor((rows[:, None] * n_jobs + np.arange(n_jobs)[None, :]).reshape(-1))
+    before = _solve_offsets(draws, target, cells=cells)
+    v0 = _cells_variance(_pair_terms(draws), before, cells, n_jobs)
+    v1 = _cells_variance(_pair_terms(lifted), offset, cells, n_jobs)
+    narrowed = np.sqrt(np.maximum(tau**2 - (v1 - v0).numpy(), (tau / 10) ** 2))
+    out.reshape(-1)[cells.numpy()] = narrowed
+    return out
+
+
 def measured_pairs(
     obs: Observations,
     draws: Mapping[str, torch.Tensor],
@@ -601,7 +693,8 @@ def measured_pairs(
     :func:`borrowed_effects` filled, and ``ceiling_lift``, each job's lift (a list, zeros
     unless ``lift_ceilings``: module docstring, *Ceilings*); the returned pairs are then
     relative to ``draws`` lifted so (:func:`lifted_draws`), which the caller's posterior must
-    match.
+    match, with each pair's interval spread (:func:`lifted_spread`; its median as
+    ``spread_median``).
     """
     if not (structure_noise > 0 and measure_noise > 0):
         raise InputError("measured pairs: noise scales must be > 0")
@@ -632,6 +725,7 @@ def measured_pairs(
     expected = np.where(unmeasured, effect, expected)
     target = mu + torch.as_tensor(effect)
     lift = ceiling_lift(draws, target, job, co) if lift_ceilings else np.zeros(n_jobs)
+    unlifted = draws
     if lift.any():
         draws = lifted_draws(draws, lift)
         terms = _pair_terms(draws)
@@ -641,9 +735,13 @@ def measured_pairs(
     offset = _solve_offsets(draws, target, terms=terms)
     reached = pair_log_speed(draws, offset, terms=terms)[job, co]
     info["unreachable"] = int(((reached - target[job, co]).abs() > 1e-6).sum())
+    spread = None
+    if lift.any():
+        spread = lifted_spread(unlifted, draws, target, offset, tau, lift)
+        info["spread_median"] = float(np.median(spread))
     pairs = MeasuredPairs(
         job=job, co=co, log_speed=mean, n=counts, scale=float(tau),
-        noise=float(measure_noise), expected=expected, offset=offset.numpy(),
+        noise=float(measure_noise), expected=expected, offset=offset.numpy(), spread=spread,
     )
     return pairs, info
 
@@ -744,9 +842,12 @@ def extended_pairs(
     )[cells]
     offset = _solve_offsets(draws, target.reshape(n_all, n_all), cells=cells).numpy()
     offset[:n_old, :n_old] = pairs.offset
+    # An added job's pairs keep tau (it is not lifted; next to a lifted fitted job the
+    # lift's extra variance is left in: wider, not narrower).
+    spread = None if pairs.spread is None else pairs.spreads(n_all).numpy()
     return MeasuredPairs(
         job=pairs.job, co=pairs.co, log_speed=pairs.log_speed, n=pairs.n, scale=pairs.scale,
-        noise=pairs.noise, expected=expected, offset=offset,
+        noise=pairs.noise, expected=expected, offset=offset, spread=spread,
     ), lent
 
 
@@ -754,7 +855,8 @@ def spread_draws(
     pairs: MeasuredPairs, num_samples: int, n_jobs: int, df: float, gen: torch.Generator
 ) -> torch.Tensor:
     r"""Draws of the unknown effect of every pair never measured, ``(S, J, J)``:
-    Student-t(``df``) of scale :math:`\tau`, zero for the measured pairs (module docstring)."""
+    Student-t(``df``) of scale :math:`\tau_{jk}` (``pairs.spreads``), zero for the measured
+    pairs (module docstring, *Intervals*)."""
     shape = torch.Size((num_samples, n_jobs * n_jobs))
     z = torch.randn(shape, generator=gen, dtype=torch.float64)
     if float(df).is_integer() and 2 <= df <= 10 and int(df) % 2 == 0:
@@ -764,7 +866,7 @@ def spread_draws(
         chi = -2.0 * torch.log(u.clamp_min(1e-300)).sum(0) / df
     else:
         chi = seeded_gamma(torch.tensor(df / 2, dtype=torch.float64), shape, gen) / (df / 2)
-    spread = pairs.scale * z / torch.sqrt(chi)
+    spread = pairs.spreads(n_jobs).reshape(-1) * z / torch.sqrt(chi)
     if len(pairs):
         spread = spread.index_fill(-1, torch.as_tensor(pairs.job * n_jobs + pairs.co), 0.0)
     return spread.reshape(num_samples, n_jobs, n_jobs)

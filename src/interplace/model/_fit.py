@@ -476,7 +476,7 @@ def fit(
     workers: int = 1,
     cold_scale: bool = True,
     nuts: Nuts | None = None,
-    lift_ceilings: bool = False,
+    lift_ceilings: bool | None = None,
 ) -> InterferenceModel:
     r"""Fit the interference model of :mod:`interplace.model` to ``data`` by SVI.
 
@@ -519,15 +519,15 @@ def fit(
     isolated readings per resource, so that a job added later from its counters
     (:func:`~interplace.placement._cold.with_cold_jobs`) finds its nearest fitted jobs and
     borrows the same way. False keeps the structure alone (the model before version 5).
-    ``lift_ceilings`` (opt-in, with ``measured``) raises the speed alone of a job measured
-    faster next to a co-runner than the structure puts it alone, to its fastest measured
-    pair's target, so that no measured pair is out of the model's reach while a co-runner
-    still never speeds a job up (*Ceilings* in :mod:`interplace.model._cells`; the lifts, on
-    the log scale, in ``info["ceiling_lift"]``, by job). Measured on Lucid's ten random splits
-    (``docs/benchmarks.md``, "Ceilings lifted to the fastest measured pair"): held-out MAE
-    7% lower (median per split), but 90% intervals that cover 0.956 (0.910 without), since the
-    unmeasured pairs' spread :math:`\tau` was set for the unlifted fit; it stays off by
-    default until :math:`\tau` is calibrated with it.
+    ``lift_ceilings`` (default ``None``: with ``measured``) raises the speed alone of a job
+    measured faster next to a co-runner than the structure puts it alone, to its fastest
+    measured pair's target, so that no measured pair is out of the model's reach while a
+    co-runner still never speeds a job up (*Ceilings* in :mod:`interplace.model._cells`; the
+    lifts, on the log scale, in ``info["ceiling_lift"]``, by job), each pair never measured
+    keeping the predictive variance it had without the lift (*Intervals* there). Measured on
+    Lucid's ten random splits (``docs/benchmarks.md``, "Ceilings lifted to the fastest
+    measured pair"): held-out MAE 7% lower (median per split). False keeps the stage of
+    before (every ceiling at the structure's speed alone).
 
     ``restarts`` :math:`K` runs the SVI above :math:`K` times, the first from ``seed`` and the
     others from seeds hashed from ``(seed, k)`` (:func:`restart_seed`; each its own
@@ -627,10 +627,11 @@ def fit(
         raise InputError(f"workers must be an integer >= 1, not {workers!r}")
     if not isinstance(cold_scale, bool):
         raise InputError(f"cold_scale must be True or False, not {cold_scale!r}")
-    if not isinstance(lift_ceilings, bool):
-        raise InputError(f"lift_ceilings must be True or False, not {lift_ceilings!r}")
+    if lift_ceilings is not None and not isinstance(lift_ceilings, bool):
+        raise InputError(f"lift_ceilings must be True, False or None, not {lift_ceilings!r}")
     if lift_ceilings and measured is False:
         raise InputError("lift_ceilings lifts the second stage's ceilings: it needs measured=True")
+    lift_ceilings = measured if lift_ceilings is None else lift_ceilings
     if nuts is not None and not isinstance(nuts, Nuts):
         raise InputError(f"nuts must be a Nuts (or None), not {type(nuts).__name__}")
     hyper = hyper or Hyper()

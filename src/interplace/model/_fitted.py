@@ -41,7 +41,7 @@ __all__ = [
     "SpeedPosterior",
 ]
 
-FORMAT_VERSION = 7
+FORMAT_VERSION = 8
 """Version of the saved model directory layout (``model.json`` + ``posterior.safetensors``).
 
 Version 2 added the intensity sites (``log_intensity``, ``intensity_sd``); version 1 models
@@ -55,12 +55,15 @@ Version 6 added mixture posteriors (``components`` in ``model.json``; a model of
 components stores each site's locations and scales with a leading axis of ``K``); older models
 load as one component. Version 7 allows components of scale zero, point masses: the pooled
 draws of an exact-inference fit (:class:`~interplace.model.Nuts`); version 6 models load
-unchanged."""
+unchanged. Version 8 added each unmeasured pair's interval spread after the ceiling lift
+(the ``measured.spread`` tensor, :class:`~interplace.model._cells.MeasuredPairs`), absent
+where no ceiling was lifted; older models load without it, their intervals as saved."""
 
-_READS = (2, 3, 4, 5, 6, 7)
+_READS = (2, 3, 4, 5, 6, 7, 8)
 
 _MEASURED = "measured"
 _MEASURED_KEYS = ("job", "co", "log_speed", "n", "expected", "offset")
+_MEASURED_OPTIONAL = ("spread",)
 _META = "model.json"
 _WEIGHTS = "posterior.safetensors"
 _FORMAT_NAME = "interplace-interference-model"
@@ -627,8 +630,10 @@ class InterferenceModel:
         if self.measured is not None:
             m = self.measured
             for key, arr in (("job", m.job), ("co", m.co), ("log_speed", m.log_speed),
-                             ("n", m.n), ("expected", m.expected), ("offset", m.offset)):
-                tensors[f"{_MEASURED}.{key}"] = torch.as_tensor(np.ascontiguousarray(arr))
+                             ("n", m.n), ("expected", m.expected), ("offset", m.offset),
+                             ("spread", m.spread)):
+                if arr is not None:
+                    tensors[f"{_MEASURED}.{key}"] = torch.as_tensor(np.ascontiguousarray(arr))
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=parent))
         try:
             save_file(tensors, str(tmp / _WEIGHTS), metadata={"format": _FORMAT_NAME})
@@ -709,7 +714,7 @@ class InterferenceModel:
             extra = sorted(
                 set(tensors)
                 - {f"{n}.{p}" for n in names for p in ("loc", "scale")}
-                - {f"{_MEASURED}.{k}" for k in _MEASURED_KEYS}
+                - {f"{_MEASURED}.{k}" for k in _MEASURED_KEYS + _MEASURED_OPTIONAL}
             )
             if extra:
                 raise InputError(f"{weights}: unexpected tensor {extra[0]!r}")
@@ -748,7 +753,7 @@ def _load_measured(
     raw: Any, tensors: Mapping[str, torch.Tensor], version: int, meta_path: Path
 ) -> MeasuredPairs | None:
     """The measured pairs of a saved model (``measured`` in ``model.json`` and its tensors)."""
-    present = [k for k in _MEASURED_KEYS if f"{_MEASURED}.{k}" in tensors]
+    present = [k for k in _MEASURED_KEYS + _MEASURED_OPTIONAL if f"{_MEASURED}.{k}" in tensors]
     if raw is None:
         if present:
             raise InputError(f"{meta_path}: measured-pair tensors without their description")
@@ -758,12 +763,16 @@ def _load_measured(
     if not isinstance(raw, dict) or set(raw) != {"scale", "noise"}:
         raise InputError(f"{meta_path}: measured must hold scale and noise")
     arr = {k: tensors[f"{_MEASURED}.{k}"].numpy() for k in _MEASURED_KEYS}  # KeyError: lacks
+    spread = tensors.get(f"{_MEASURED}.spread")
+    if spread is not None and version < 8:
+        raise InputError(f"{meta_path}: a version {version} model has no measured-pair spread")
     if arr["job"].dtype != np.int64 or arr["co"].dtype != np.int64 or arr["n"].dtype != np.int64:
         raise InputError(f"{meta_path}: measured-pair indices must be int64")
     return MeasuredPairs(
         job=arr["job"], co=arr["co"], log_speed=arr["log_speed"].astype(np.float64),
         n=arr["n"], scale=float(raw["scale"]), noise=float(raw["noise"]),
         expected=arr["expected"].astype(np.float64), offset=arr["offset"].astype(np.float64),
+        spread=None if spread is None else spread.numpy().astype(np.float64),
     )
 
 
