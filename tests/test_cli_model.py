@@ -512,7 +512,7 @@ def test_fit_takes_no_lift_ceilings(
     assert loaded.measured is not None and loaded.info["lift_ceilings"] is False
     assert loaded.info["ceiling_lift"] == {} and loaded.measured.spread is None
     # By default, the synthetic data's noisy isolated references leave some job faster next
-    # to a co-runner than alone: it is lifted, and the lift and the calibrated spread
+    # to a co-runner than alone: it is lifted, and the lift and its pairs' narrowed spreads
     # survive the save.
     default = InterferenceModel.load(fitted.model)
     lift = default.info["ceiling_lift"]
