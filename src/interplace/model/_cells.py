@@ -631,7 +631,9 @@ def _cells_variance(
 
 def lifted_spread(
     draws: Mapping[str, torch.Tensor], lifted: Mapping[str, torch.Tensor], target: torch.Tensor,
-    offset: torch.Tensor, tau: float, lift: _FloatArray,
+    offset: torch.Tensor, tau: float, lift: _FloatArray, *,
+    terms: tuple[torch.Tensor, ...] | None = None,
+    lifted_terms: tuple[torch.Tensor, ...] | None = None,
 ) -> _FloatArray:
     r"""Each pair's :math:`\tau_{jk}` after the ceiling lift (module docstring,
     *Intervals*), ``(J, J)``: :math:`\tau` narrowed by what the lift added to the variance
@@ -640,7 +642,8 @@ def lifted_spread(
     (:func:`lifted_draws`); ``target``: ``(J, J)`` the pairs' targets; ``offset``: ``(J, J)``
     the offsets that meet them under ``lifted``; ``lift``: ``(J,)``. Rows of jobs not lifted
     are :math:`\tau` (their draws and offsets are the same either way); the others' unlifted
-    offsets are solved here.
+    offsets are solved here. ``terms``, ``lifted_terms``: :func:`_pair_terms` of ``draws``
+    and ``lifted``, where the caller has them.
 
     >>> import torch, numpy as np
     >>> g = torch.Generator().manual_seed(0)
@@ -663,9 +666,11 @@ def lifted_spread(
     if rows.size == 0:
         return out
     cells = torch.as_tensor((rows[:, None] * n_jobs + np.arange(n_jobs)[None, :]).reshape(-1))
-    before = _solve_offsets(draws, target, cells=cells)
-    v0 = _cells_variance(_pair_terms(draws), before, cells, n_jobs)
-    v1 = _cells_variance(_pair_terms(lifted), offset, cells, n_jobs)
+    terms = _pair_terms(draws) if terms is None else terms
+    lifted_terms = _pair_terms(lifted) if lifted_terms is None else lifted_terms
+    before = _solve_offsets(draws, target, terms=terms, cells=cells)
+    v0 = _cells_variance(terms, before, cells, n_jobs)
+    v1 = _cells_variance(lifted_terms, offset, cells, n_jobs)
     narrowed = np.sqrt(np.maximum(tau**2 - (v1 - v0).numpy(), (tau / 10) ** 2))
     out.reshape(-1)[cells.numpy()] = narrowed
     return out
@@ -725,7 +730,7 @@ def measured_pairs(
     expected = np.where(unmeasured, effect, expected)
     target = mu + torch.as_tensor(effect)
     lift = ceiling_lift(draws, target, job, co) if lift_ceilings else np.zeros(n_jobs)
-    unlifted = draws
+    unlifted, unlifted_terms = draws, terms
     if lift.any():
         draws = lifted_draws(draws, lift)
         terms = _pair_terms(draws)
@@ -737,7 +742,8 @@ def measured_pairs(
     info["unreachable"] = int(((reached - target[job, co]).abs() > 1e-6).sum())
     spread = None
     if lift.any():
-        spread = lifted_spread(unlifted, draws, target, offset, tau, lift)
+        spread = lifted_spread(unlifted, draws, target, offset, tau, lift,
+                               terms=unlifted_terms, lifted_terms=terms)
         info["spread_median"] = float(np.median(spread))
     pairs = MeasuredPairs(
         job=job, co=co, log_speed=mean, n=counts, scale=float(tau),
