@@ -31,16 +31,8 @@ from _results import report
 from interplace._parallel import spawn_map
 from interplace.datasets import load_gavel, load_lucid
 from interplace.model import fit
-from interplace.model._coldscale import isolated_log_readings
-from interplace.model._data import (
-    DEFAULT_RESOURCES,
-    counters_from_samples,
-    family_index,
-    job_families,
-    observations_from_runs,
-)
 from interplace.model._evaluate import cold_split, holdout_split, row_queries
-from interplace.model._fit import with_second_stage
+from interplace.model._fit import stage_inputs, with_second_stage
 
 
 def one(task: tuple[str, str, str, int, str]) -> dict[str, Any]:
@@ -56,14 +48,7 @@ def one(task: tuple[str, str, str, int, str]) -> dict[str, Any]:
     start = time.perf_counter()
     structure = fit(train, seed=seed, measured=False, family=fam_col)
     fit_s = time.perf_counter() - start
-    jobs = structure.jobs
-    obs = observations_from_runs(train, jobs, DEFAULT_RESOURCES, None)
-    counters = counters_from_samples(train, jobs, None, DEFAULT_RESOURCES)
-    readings = isolated_log_readings(counters, len(jobs), DEFAULT_RESOURCES)
-    fam = None
-    if fam_col is not None:
-        idx, n_fam = family_index(job_families(train, jobs, fam_col))
-        fam = np.where(idx < n_fam, idx, -1)
+    obs, fam, readings = stage_inputs(structure, train)
     y = test["speed"].to_numpy(float)
     row: dict[str, Any] = {"data": name, "split": kind, "family": family, "seed": seed,
                            "fit_seconds": fit_s}

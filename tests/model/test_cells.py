@@ -29,7 +29,7 @@ from interplace.model._cells import (
     pair_log_speed,
 )
 from interplace.model._data import Observations
-from interplace.model._fit import MEASURED_DRAWS
+from interplace.model._fit import MEASURED_DRAWS, stage_inputs, with_second_stage
 
 from .conftest import SMALL_STEPS
 
@@ -569,3 +569,43 @@ def test_a_fit_borrows_nothing_where_every_job_is_measured(
 ) -> None:
     info = small_model.info["completion"]
     assert (info["borrowed_rows"], info["borrowed_columns"]) == (0, 0)
+
+
+@pytest.mark.parametrize("family", [None, {"job0": "A", "job1": "A", "job2": "B", "job3": "B"}])
+def test_the_stage_added_to_a_fitted_structure_is_fit_s_own(
+    small_data: CoLocationData, family: dict[str, str] | None
+) -> None:
+    # Benchmarks fit a structure once and add the second stage to it in several ways; what
+    # stage_inputs hands with_second_stage must be what fit hands it, or they would measure
+    # another model than the default: the same offsets, completion, spreads and lifted
+    # posterior, bit for bit, with families and without.
+    kw = {"seed": 0, "steps": 60, "min_steps": 60, "restarts": 1, "family": family}
+    default = fit(small_data, **kw)  # type: ignore[arg-type]
+    structure = fit(small_data, measured=False, **kw)  # type: ignore[arg-type]
+    obs, fam, readings = stage_inputs(structure, small_data)
+    assert (fam is None) == (family is None)
+    added, lift, completion = with_second_stage(
+        structure, obs, seed=0, family=fam, readings=readings
+    )
+    assert default.info["ceiling_lift"] == {
+        structure.jobs[j]: float(lift[j]) for j in np.flatnonzero(lift > 0)
+    }
+    assert completion == default.info["completion"]
+    for name, (loc, scale) in default.posterior.items():
+        assert torch.equal(loc, added.posterior[name][0])
+        assert torch.equal(scale, added.posterior[name][1])
+    a, b = default.measured, added.measured
+    assert a is not None and b is not None
+    for f in ("job", "co", "log_speed", "n", "expected", "offset"):
+        np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+    assert (a.scale, a.noise) == (b.scale, b.noise)
+    if a.spread is None:
+        assert b.spread is None
+    else:
+        np.testing.assert_array_equal(a.spread, b.spread)
+
+
+def test_stage_inputs_refuse_data_of_other_jobs(small_data: CoLocationData) -> None:
+    structure = fit(small_data, seed=0, steps=2, min_steps=0, restarts=1, measured=False)
+    with pytest.raises(InputError, match="not the jobs this structure was fitted on"):
+        stage_inputs(structure, synthetic(5, seed=0))

@@ -15,7 +15,7 @@ from interplace.cli import main
 from interplace.datasets import synthetic
 from interplace.errors import InputError
 from interplace.model import InterferenceModel, Nuts, Query, fit
-from interplace.model._cells import OFFSET_BOUND, pair_log_speed
+from interplace.model._cells import OFFSET_BOUND, _solve_offsets, pair_log_speed
 from interplace.model._fit import MEASURED_DRAWS
 from interplace.placement import Job, MeasuredSpeeds, place, score
 from interplace.placement._cold import read_demand, with_cold_jobs
@@ -123,12 +123,53 @@ def test_cold_jobs_keep_the_measured_pairs(small_model: InterferenceModel) -> No
     assert np.array_equal(grown.expected[:n, :n], old.expected)
     assert np.array_equal(grown.offset[:n, :n], old.offset)
     assert grown.expected.shape == (n + 1, n + 1)
-    # The fitted pairs keep their spreads after the lift; the added job's pairs get tau.
+    # The fitted pairs keep their spreads after the lift; the added job (not lifted) keeps
+    # tau as the victim, and so does each fitted job not lifted next to it.
     assert old.spread is not None and grown.spread is not None
     assert np.array_equal(grown.spread[:n, :n], old.spread)
-    assert bool((grown.spread[n] == old.scale).all() and (grown.spread[:, n] == old.scale).all())
+    lifted = np.array([small_model.info["ceiling_lift"].get(j, 0.0) for j in small_model.jobs])
+    assert bool((grown.spread[n] == old.scale).all())
+    assert bool((grown.spread[:n, n][lifted == 0] == old.scale).all())
     p = m2.posterior_speed([Query("new", ("job0",)), Query("job0", ("new",))], seed=0)
     assert bool(torch.isfinite(p.speed).all())
+
+
+def test_a_lifted_fitted_job_next_to_an_added_one_keeps_the_unlifted_variance(
+    small_model: InterferenceModel,
+) -> None:
+    # As the fit's own unmeasured pairs (tests/model/test_cells.py): the lift raises a fitted
+    # job's speed alone, so its draws of a slowdown next to the new job spread wider, and
+    # the unknown effect's spread gives that back: v_up + tau_jk^2 = v_0 + tau^2 (unless
+    # floored at tau / 10), v_up and v_0 the variance of the pair's log speed over the
+    # stage's draws with the lift and with the isolated-reference bias lowered back and the
+    # offset solved again for the same target there.
+    m2 = with_cold_jobs(small_model, {"new": {"gpu_util_pct": 80.0}})
+    m = m2.measured
+    assert m is not None and m.spread is not None
+    n, tau, seed = len(small_model.jobs), m.scale, m2.info["seed"]
+    lift = np.array([small_model.info["ceiling_lift"].get(j, 0.0) for j in small_model.jobs])
+    rows = np.flatnonzero(lift > 0)
+    assert rows.size
+    plain = dataclasses.replace(m2, measured=None)
+    target = pair_log_speed(plain.draws(MEASURED_DRAWS, seed), torch.as_tensor(m.offset))
+    loc, scale = m2.posterior["iso_bias"]
+    down = {**m2.posterior,
+            "iso_bias": (loc - torch.as_tensor(np.append(lift, 0.0), dtype=loc.dtype), scale)}
+    before = dataclasses.replace(plain, posterior=down).draws(MEASURED_DRAWS, seed)
+    offset = m.offset.copy()
+    offset[rows, n] = _solve_offsets(before, target).numpy()[rows, n]
+    unlifted = dataclasses.replace(
+        m2, posterior=down, measured=dataclasses.replace(m, offset=offset)
+    )
+    q = [Query(m2.jobs[j], ("new",)) for j in rows]
+
+    def variance(model: InterferenceModel) -> np.ndarray:
+        p = model.posterior_speed(q, num_samples=MEASURED_DRAWS, seed=seed)
+        return p.speed.log().var(0).numpy()
+
+    want = np.sqrt(np.maximum(tau**2 - (variance(m2) - variance(unlifted)), (tau / 10) ** 2))
+    np.testing.assert_allclose(m.spread[rows, n], want, rtol=1e-6)
+    assert bool((m.spread[rows, n] < tau).any())  # some pair did narrow
 
 
 @pytest.fixture(scope="module")

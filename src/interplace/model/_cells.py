@@ -102,7 +102,9 @@ pair keeps the predictive variance it had without the lift:
 
 with :math:`v_{jk}` and :math:`v^\uparrow_{jk}` the variance over the draws of the pair's log
 speed at its offset, unlifted and lifted (``MeasuredPairs.spread``; equal, so
-:math:`\tau_{jk} = \tau`, for a job not lifted).
+:math:`\tau_{jk} = \tau`, for a job not lifted). A job added at placement time
+(:func:`extended_pairs`) is not lifted and keeps :math:`\tau` as the victim; a lifted
+fitted job's pair with it is narrowed by the same rule.
 
 The stage is a *cut*: the effects do not feed back into the structure. Fitting them jointly
 by SVI was tried (``docs/benchmarks.md``): with the measurement-noise prior the effects
@@ -612,10 +614,13 @@ def _solve_offsets(
 
 
 def _cells_log_speed(
-    draws: Mapping[str, torch.Tensor], cells: torch.Tensor, n_jobs: int
+    draws: Mapping[str, torch.Tensor], cells: torch.Tensor, n_jobs: int, *,
+    terms: tuple[torch.Tensor, ...] | None = None,
 ) -> torch.Tensor:
-    """:func:`pair_log_speed` without offsets at flat indices ``cells`` only, ``(A,)``."""
-    p_j, q, th_r, s_j, b_j, bias_j = _gather(_pair_terms(draws), cells, n_jobs)
+    """:func:`pair_log_speed` without offsets at flat indices ``cells`` only, ``(A,)``
+    (``terms``: :func:`_pair_terms` of ``draws``, where the caller has them)."""
+    terms = _pair_terms(draws) if terms is None else terms
+    p_j, q, th_r, s_j, b_j, bias_j = _gather(terms, cells, n_jobs)
     return _mean_log_speed(p_j, q, th_r, s_j, b_j, bias_j)[0]
 
 
@@ -634,6 +639,7 @@ def lifted_spread(
     offset: torch.Tensor, tau: float, lift: _FloatArray, *,
     terms: tuple[torch.Tensor, ...] | None = None,
     lifted_terms: tuple[torch.Tensor, ...] | None = None,
+    columns: _IntArray | None = None,
 ) -> _FloatArray:
     r"""Each pair's :math:`\tau_{jk}` after the ceiling lift (module docstring,
     *Intervals*), ``(J, J)``: :math:`\tau` narrowed by what the lift added to the variance
@@ -643,7 +649,9 @@ def lifted_spread(
     the offsets that meet them under ``lifted``; ``lift``: ``(J,)``. Rows of jobs not lifted
     are :math:`\tau` (their draws and offsets are the same either way); the others' unlifted
     offsets are solved here. ``terms``, ``lifted_terms``: :func:`_pair_terms` of ``draws``
-    and ``lifted``, where the caller has them.
+    and ``lifted``, where the caller has them. ``columns``: the co-runners whose pairs are
+    narrowed (default: all; the rest stay :math:`\tau`, and only these columns of
+    ``target`` and ``offset`` are read).
 
     >>> import torch, numpy as np
     >>> g = torch.Generator().manual_seed(0)
@@ -665,7 +673,8 @@ def lifted_spread(
     rows = np.flatnonzero(lift > 0)
     if rows.size == 0:
         return out
-    cells = torch.as_tensor((rows[:, None] * n_jobs + np.arange(n_jobs)[None, :]).reshape(-1))
+    cols = np.arange(n_jobs) if columns is None else np.asarray(columns)
+    cells = torch.as_tensor((rows[:, None] * n_jobs + cols[None, :]).reshape(-1))
     terms = _pair_terms(draws) if terms is None else terms
     lifted_terms = _pair_terms(lifted) if lifted_terms is None else lifted_terms
     before = _solve_offsets(draws, target, terms=terms, cells=cells)
@@ -733,7 +742,7 @@ def measured_pairs(
     unlifted, unlifted_terms = draws, terms
     if lift.any():
         draws = lifted_draws(draws, lift)
-        terms = _pair_terms(draws)
+        terms = _lifted_terms(terms, lift)
         # The stored completion is relative to the lifted structure, as everything is.
         expected = expected - lift[:, None]
     info["ceiling_lift"] = lift.tolist()
@@ -784,6 +793,15 @@ def lifted_draws(
     return {**draws, "iso_bias": bias + torch.as_tensor(lift, dtype=bias.dtype)}
 
 
+def _lifted_terms(terms: tuple[torch.Tensor, ...], lift: _FloatArray) -> tuple[torch.Tensor, ...]:
+    """:func:`_pair_terms` of :func:`lifted_draws` from those of the draws before: the lift
+    moves the isolated-reference bias alone (the same values, without the pairs' pressures
+    computed again)."""
+    bias = terms[4]
+    up = torch.as_tensor(lift, dtype=bias.dtype).unsqueeze(-1)
+    return (*terms[:4], bias + up, *terms[5:])
+
+
 def extended_pairs(
     pairs: MeasuredPairs,
     fit_draws: Mapping[str, torch.Tensor],
@@ -810,6 +828,9 @@ def extended_pairs(
     borrows nothing, and keeps the structure's prediction: zero effect). ``lift``: ``(J0,)``
     the fit's ceiling lifts (:func:`ceiling_lift`; None: none): the effects are lent as the
     fit lent them, relative to the structure before the lift (an added job is not lifted).
+    Spreads (where ``pairs`` has them): the ``J1 x J1`` block's are kept, an added job's row
+    is :math:`\tau`, and a lifted fitted job's pair with an added job gets
+    :func:`lifted_spread`'s :math:`\tau_{jk}` (``draws`` hold the fitted jobs lifted).
     """
     n_fit = fit_draws["log_demand"].shape[-2]
     n_all = draws["log_demand"].shape[-2]
@@ -842,15 +863,26 @@ def extended_pairs(
     expected[:n_old, :n_old] = pairs.expected
     grid = np.arange(n_all * n_all).reshape(n_all, n_all)
     cells = torch.as_tensor(np.setdiff1d(grid, grid[:n_old, :n_old]))  # new rows, columns
+    terms = _pair_terms(draws)
     target = torch.zeros(n_all * n_all, dtype=torch.float64)
-    target[cells] = _cells_log_speed(draws, cells, n_all) + torch.as_tensor(expected).reshape(
-        -1
-    )[cells]
-    offset = _solve_offsets(draws, target.reshape(n_all, n_all), cells=cells).numpy()
+    target[cells] = _cells_log_speed(draws, cells, n_all, terms=terms) + torch.as_tensor(
+        expected
+    ).reshape(-1)[cells]
+    offset = _solve_offsets(draws, target.reshape(n_all, n_all), terms=terms, cells=cells).numpy()
     offset[:n_old, :n_old] = pairs.offset
-    # An added job's pairs keep tau (it is not lifted; next to a lifted fitted job the
-    # lift's extra variance is left in: wider, not narrower).
+    # An added job is not lifted, so its own row keeps tau; a lifted fitted job's pair with
+    # it gives back what the lift added to its variance, as the fit's own unmeasured pairs do
+    # (module docstring, *Intervals*): ``draws`` hold the fitted jobs lifted.
     spread = None if pairs.spread is None else pairs.spreads(n_all).numpy()
+    if spread is not None and up.any():
+        lifted_rows = np.flatnonzero(up > 0)
+        new = np.arange(n_old, n_all)
+        narrowed = lifted_spread(
+            lifted_draws(draws, -up), draws, target.reshape(n_all, n_all),
+            torch.as_tensor(offset), pairs.scale, up, columns=new,
+            terms=_lifted_terms(terms, -up), lifted_terms=terms,
+        )
+        spread[np.ix_(lifted_rows, new)] = narrowed[np.ix_(lifted_rows, new)]
     return MeasuredPairs(
         job=pairs.job, co=pairs.co, log_speed=pairs.log_speed, n=pairs.n, scale=pairs.scale,
         noise=pairs.noise, expected=expected, offset=offset, spread=spread,

@@ -638,11 +638,7 @@ def fit(
     dev = _check_device(device)
     data = select_mode(data, mode)
     jobs = tuple(sorted(data.runs["job"].astype(str).unique().tolist()))
-    share_of = None
-    if topology is not None and "device" in data.runs.columns:
-        devices = [str(d) for d in data.runs["device"].dropna().unique().tolist()]
-        share_of = share_table(topology, devices)
-    obs = observations_from_runs(data, jobs, resources, share_of)
+    obs = observations_from_runs(data, jobs, resources, _share_of(data, topology))
     counters = counters_from_samples(data, jobs, full_scale, resources)
     if len(obs) == 0 and len(counters) == 0:
         raise InputError(f"{data.name}: nothing to fit: no co-located run and no counter samples")
@@ -775,6 +771,49 @@ def fit(
     return model
 
 
+def _share_of(
+    data: CoLocationData, topology: Topology | None
+) -> dict[tuple[str, str], Sequence[str]] | None:
+    """What each pair of ``data``'s devices shares on ``topology`` (None without either)."""
+    if topology is None or "device" not in data.runs.columns:
+        return None
+    devices = [str(d) for d in data.runs["device"].dropna().unique().tolist()]
+    return share_table(topology, devices)
+
+
+def stage_inputs(
+    structure: InterferenceModel, data: CoLocationData, *, topology: Topology | None = None,
+) -> tuple[Observations, np.ndarray[Any, Any] | None, np.ndarray[Any, Any]]:
+    """What :func:`fit` hands :func:`with_second_stage` for ``structure``, a fit of ``data``
+    without measured pairs (``fit(data, ..., measured=False)``, with the same ``topology``):
+    the co-located observations, the ``(J,)`` family indices (negative: none; None for a fit
+    without families) and the ``(J, R)`` log isolated readings. So the second stage can be
+    added to one fitted structure in several ways, as :func:`fit` adds it:
+
+    >>> from interplace.datasets import synthetic
+    >>> data = synthetic(5, seed=0)
+    >>> structure = fit(data, seed=0, steps=30, min_steps=30, restarts=1, measured=False)
+    >>> obs, family, readings = stage_inputs(structure, data)
+    >>> model, lift, _ = with_second_stage(structure, obs, seed=0, family=family,
+    ...                                    readings=readings)
+    >>> model.measured is not None and readings.shape == (5, len(structure.resources))
+    True
+    """
+    data = select_mode(data, structure.info.get("mode"))
+    jobs, resources = structure.jobs, structure.resources
+    if sorted(data.runs["job"].astype(str).unique().tolist()) != list(jobs):
+        raise InputError(f"{data.name}: not the jobs this structure was fitted on")
+    obs = observations_from_runs(data, jobs, resources, _share_of(data, topology))
+    counters = counters_from_samples(
+        data, jobs, dict(zip(structure.metrics, structure.full_scale, strict=True)), resources
+    )
+    family = None
+    if structure.families is not None:
+        idx, n_fam = family_index(structure.families)
+        family = np.where(idx < n_fam, idx, -1)
+    return obs, family, isolated_log_readings(counters, len(jobs), resources)
+
+
 def with_second_stage(
     structure: InterferenceModel,
     obs: Observations,
@@ -782,12 +821,13 @@ def with_second_stage(
     seed: int,
     family: np.ndarray[Any, Any] | None = None,
     readings: np.ndarray[Any, Any] | None = None,
-    lift_ceilings: bool = False,
+    lift_ceilings: bool = True,
 ) -> tuple[InterferenceModel, np.ndarray[Any, Any], dict[str, Any]]:
     """``structure`` (a fit without measured pairs) with the second stage of
     :mod:`interplace.model._cells` computed from its ``MEASURED_DRAWS`` draws (seed ``seed``)
     for the observations ``obs`` it was fitted on, as :func:`fit` adds it: with
-    ``lift_ceilings`` the posterior's isolated-reference bias is shifted by each job's lift.
+    ``lift_ceilings`` (the default, as :func:`fit`'s) the posterior's isolated-reference bias
+    is shifted by each job's lift.
     Returns the model, the lifts ``(J,)`` (zeros without) and the completion's summary
     (:func:`~interplace.model._cells.measured_pairs`, less ``ceiling_lift``). ``family``:
     ``(J,)`` family indices (negative: none); ``readings``: ``(J, R)`` log isolated readings.
