@@ -127,7 +127,7 @@ def test_cold_jobs_keep_the_measured_pairs(small_model: InterferenceModel) -> No
     # tau as the victim, and so does each fitted job not lifted next to it.
     assert old.spread is not None and grown.spread is not None
     assert np.array_equal(grown.spread[:n, :n], old.spread)
-    lifted = np.array([small_model.info["ceiling_lift"].get(j, 0.0) for j in small_model.jobs])
+    lifted = _lifts(small_model)
     assert bool((grown.spread[n] == old.scale).all())
     assert bool((grown.spread[:n, n][lifted == 0] == old.scale).all())
     p = m2.posterior_speed([Query("new", ("job0",)), Query("job0", ("new",))], seed=0)
@@ -147,7 +147,7 @@ def test_a_lifted_fitted_job_next_to_an_added_one_keeps_the_unlifted_variance(
     m = m2.measured
     assert m is not None and m.spread is not None
     n, tau, seed = len(small_model.jobs), m.scale, m2.info["seed"]
-    lift = np.array([small_model.info["ceiling_lift"].get(j, 0.0) for j in small_model.jobs])
+    lift = _lifts(small_model)
     rows = np.flatnonzero(lift > 0)
     assert rows.size
     plain = dataclasses.replace(m2, measured=None)

@@ -43,6 +43,7 @@ __all__ = [
     "FamilySpec",
     "Observations",
     "counters_from_samples",
+    "family_codes",
     "family_index",
     "job_families",
     "observations_from_runs",
@@ -279,6 +280,19 @@ def family_index(families: Sequence[str | None]) -> tuple[np.ndarray[Any, Any], 
     index = {n: i for i, n in enumerate(names)}
     out = np.asarray([len(names) if f is None else index[f] for f in families], dtype=np.int64)
     return out, len(names)
+
+
+def family_codes(families: Sequence[str | None] | None) -> np.ndarray[Any, Any] | None:
+    """Each job's :func:`family_index`, ``-1`` for a job without a family, as the second
+    stage of :mod:`interplace.model._cells` takes it; None for a fit without families.
+
+    >>> family_codes(["b", None, "a", "b"]).tolist(), family_codes(None)
+    ([1, -1, 0, 1], None)
+    """
+    if families is None:
+        return None
+    idx, n_fam = family_index(families)
+    return np.where(idx < n_fam, idx, -1)
 
 
 def subset_runs(data: CoLocationData, keep_runs: set[str], name: str) -> CoLocationData:

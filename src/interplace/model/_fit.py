@@ -38,6 +38,7 @@ from interplace.model._data import (
     FamilySpec,
     Observations,
     counters_from_samples,
+    family_codes,
     family_index,
     job_families,
     observations_from_runs,
@@ -652,11 +653,10 @@ def fit(
         temper = 1.0 if nuts is not None or restarts == 1 else MIXTURE_TEMPER
     temper = float(temper)
     tensors = _tensors(obs, counters, resources, dev)
-    fam_t, n_fam, fam_idx = None, 0, None
+    fam_t, n_fam, fam_idx = None, 0, family_codes(families)
     if families is not None:
         idx, n_fam = family_index(families)
         fam_t = torch.as_tensor(idx, device=dev)
-        fam_idx = np.where(idx < n_fam, idx, -1)  # index n_fam: no family
     start = time.perf_counter()
     net_args = (len(jobs), len(resources), len(counters.metrics), hyper, fam_t, n_fam, rank,
                 temper)
@@ -807,11 +807,8 @@ def stage_inputs(
     counters = counters_from_samples(
         data, jobs, dict(zip(structure.metrics, structure.full_scale, strict=True)), resources
     )
-    family = None
-    if structure.families is not None:
-        idx, n_fam = family_index(structure.families)
-        family = np.where(idx < n_fam, idx, -1)
-    return obs, family, isolated_log_readings(counters, len(jobs), resources)
+    readings = isolated_log_readings(counters, len(jobs), resources)
+    return obs, family_codes(structure.families), readings
 
 
 def with_second_stage(

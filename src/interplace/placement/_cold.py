@@ -108,7 +108,7 @@ from interplace.errors import InputError
 from interplace.model import METRIC_FULL_SCALE, METRIC_RESOURCE, InterferenceModel
 from interplace.model._cells import extended_pairs
 from interplace.model._coldscale import MIN_READING, readings_array
-from interplace.model._data import family_index
+from interplace.model._data import family_codes, family_index
 from interplace.model._fit import MEASURED_DRAWS
 from interplace.model._net import smooth_cap
 
@@ -255,10 +255,7 @@ def _with_borrowed_effects(
     n_fit = len(model.jobs) - len(added)
     new = readings_array(logs, list(logs), model.resources)
     assert new is not None
-    family = None
-    if grown.families is not None:
-        idx, n_fam = family_index(grown.families)
-        family = np.where(idx < n_fam, idx, -1)
+    family = family_codes(grown.families)
     plain = dataclasses.replace(grown, measured=None)
     lifts = model.info.get("ceiling_lift", {})
     if not isinstance(lifts, Mapping) or not set(lifts) <= set(model.jobs[:n_fit]):
