@@ -15,7 +15,11 @@ coverage) two ways on that one fit:
 - ``borrowed``: as the library does, the added jobs' pair corrections borrowed from the five
   fitted jobs nearest by isolated counters (``interplace.model._cells.extended_pairs``);
 - ``plain``: the same model with ``info["isolated_readings"]`` removed, which is how a model
-  fitted before those readings were kept adds jobs: the structure's prediction alone.
+  fitted before those readings were kept adds jobs: the structure's prediction alone;
+- ``no_readings``: the same model with ``info["isolated_readings"]`` empty, a model of data
+  without counters (Gavel's): no job has a reading to find mates by, so each added job
+  borrows from every fitted job (the population's mean effect; until the seventeenth session
+  it borrowed nothing, zero effect relative to the lifted structure).
 
 With ``--family COLUMN`` the fits take job families from that column of the runs (Lucid's
 ``model``: the network a job trains) and each cold job is added with its family
@@ -111,6 +115,10 @@ def main() -> None:
             "borrowing": grown.info.get("cold_jobs_borrowing", []),
             "borrowed": _score(grown, test, seed),
             "plain": _score(with_cold_jobs(plain_model, counters, families), test, seed),
+            "no_readings": _score(with_cold_jobs(
+                dataclasses.replace(model, info={**info, "isolated_readings": {}}), counters,
+                families,
+            ), test, seed),
             "add_seconds_borrowed": _timed(model, counters, families),
             "add_seconds_plain": _timed(plain_model, counters, families),
         }
@@ -142,6 +150,8 @@ def main() -> None:
         "ratio_range": [min(r["ratio"] for r in rows), max(r["ratio"] for r in rows)],
         "borrowed_coverage": median(("borrowed", "coverage_90")),
         "plain_coverage": median(("plain", "coverage_90")),
+        "no_readings_mae": median(("no_readings", "mae")),
+        "no_readings_coverage": median(("no_readings", "coverage_90")),
         "add_seconds_borrowed": median(("add_seconds_borrowed",)),
         "add_seconds_plain": median(("add_seconds_plain",)),
     }

@@ -281,6 +281,8 @@ def test_extended_pairs_refuse_lifts_of_the_wrong_length(small_model: Interferen
     draws = small_model.draws(MEASURED_DRAWS, 0)
     with pytest.raises(InputError, match="ceiling lifts: 2 values for 4 fitted jobs"):
         extended_pairs(m, draws, draws, lift=np.zeros(2))
+    # No job added: the pairs as they are, nothing lent.
+    assert extended_pairs(m, draws, draws, lift=np.zeros(4)) == (m, [], [])
 
 
 def test_the_lift_keeps_each_unmeasured_pairs_predictive_variance(

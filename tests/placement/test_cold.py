@@ -96,6 +96,7 @@ def test_cli_reads_counter_columns(
     jobs = tmp_path / "jobs.csv"
     jobs.write_text(
         f"job_id,job,gpus,gpu_util_pct\na,{small_model.jobs[0]},1,\nb,new-net,1,75\n"
+        "c,idle-net,1,0\n"
     )
     out = tmp_path / "p.csv"
     code = main(["place", "--model", str(model_dir), "--topology", "pcie-8gpu",
@@ -106,6 +107,9 @@ def test_cli_reads_counter_columns(
     # small_model's jobs are all measured on both sides: the new one borrows from the nearest.
     assert ("note: job type(s) the model was not fitted on, added from their counters: new-net "
             "(pair corrections from the 5 fitted jobs with the nearest counters)") in printed.out
+    # A reading of zero has no log to find the nearest jobs by: the population's mean.
+    assert ("idle-net (pair corrections from every fitted job (no counters to find the nearest "
+            "by))") in printed.out
     jobs.write_text("job_id,job,gpus\nb,new-net,1\n")
     code = main(["place", "--model", str(model_dir), "--topology", "pcie-8gpu",
                  "--jobs", str(jobs), "--out", str(out)])
@@ -229,6 +233,7 @@ def test_a_new_job_borrows_the_effects_of_its_nearest_fitted_jobs(
     grown = with_cold_jobs(eight, {"new": {"gpu_util_pct": 55.0, "mem_util_pct": 20.0}})
     m = grown.measured
     assert m is not None and grown.info["cold_jobs_borrowing"] == ["new"]
+    assert "cold_jobs_from_population" not in grown.info
     lift = _lifts(eight)
     effect = _fitted_effects(eight)
     near = _nearest(eight, {"gpu_compute": 0.55, "gpu_membw": 0.20}, 5)
@@ -248,6 +253,28 @@ def test_a_new_job_borrows_the_effects_of_its_nearest_fitted_jobs(
     assert grown.info["isolated_readings"]["new"] == pytest.approx(
         {"gpu_compute": math.log(0.55), "gpu_membw": math.log(0.20)}
     )
+
+
+def test_a_new_job_with_nothing_to_find_mates_by_borrows_from_every_fitted_job(
+    eight: InterferenceModel,
+) -> None:
+    # A reading of zero gives no log reading to find the nearest jobs by, and the model has
+    # no families: the new job borrows the population's mean effect (every fitted job is
+    # measured on both sides here). Zero effect, as before, would sit the new job's pairs
+    # with a lifted job at the *lifted* structure, where the fit's own pairs sit at their
+    # effect relative to the structure before the lift.
+    grown = with_cold_jobs(eight, {"blank": {"gpu_util_pct": 0.0}})
+    m = grown.measured
+    assert m is not None and grown.info["cold_jobs_borrowing"] == ["blank"]
+    assert grown.info["cold_jobs_from_population"] == ["blank"]
+    assert "blank" not in grown.info["isolated_readings"]
+    lift = _lifts(eight)
+    assert lift.any()
+    effect = _fitted_effects(eight)
+    n = len(eight.jobs)
+    np.testing.assert_allclose(m.expected[n, :n], effect.mean(0), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(m.expected[:n, n], effect.mean(1) - lift, rtol=0, atol=1e-12)
+    assert m.expected[n, n] == pytest.approx(effect.mean(), abs=1e-12)
 
 
 def test_jobs_added_one_call_at_a_time_borrow_what_they_would_together(

@@ -100,11 +100,14 @@ def _cold_note(
 
     family = grown.family_map()
     borrowing = set(grown.info.get("cold_jobs_borrowing", []))
+    everyone = set(grown.info.get("cold_jobs_from_population", []))
     mixed = _family_members(fitted) is not None  # a job of no known family: their mixture
     parts = []
     for job in added:
         if job not in borrowing:
             how = "no pair corrections"
+        elif job in everyone:
+            how = "pair corrections from every fitted job (no counters to find the nearest by)"
         elif family.get(job):
             how = f"pair corrections from family {family[job]}"
         else:

@@ -47,7 +47,8 @@ of co-runner :math:`k`, rows first, then columns,
 (the interaction a tree ensemble learns from both jobs' features); measured on Lucid's
 cold-start splits, ``docs/benchmarks.md``. A job added after the fit from its counters
 (:func:`~interplace.placement._cold.with_cold_jobs`) borrows the same way from the fitted
-jobs' effects, rebuilt from the stage's own draws (:func:`extended_pairs`).
+jobs' effects, rebuilt from the stage's own draws (:func:`extended_pairs`); one with
+neither a family nor a reading there borrows from every measured job.
 
 *Offsets, not additions.* The effect does not enter the speed as a term: it sets a pressure
 offset :math:`c_{jk}`, which scales co-runner ``k``'s pressure on ``j`` by :math:`e^{c_{jk}}`
@@ -416,33 +417,56 @@ def borrowed_effects(
     >>> out.tolist(), rows, cols
     ([[0.0, 0.2, 0.0], [0.1, 0.0, 0.1], [0.0, 0.2, 0.0]], 1, 1)
     """
-    out, row_mates, col_mates = _borrow(effect, job, co, family, readings, k)
+    out, row_mates, col_mates, _ = _borrow(effect, job, co, family, readings, k)
     rows = sum(m is not None for m in row_mates)
     return out, rows, sum(m is not None for m in col_mates)
 
 
 def _borrow(
     effect: _FloatArray, job: _IntArray, co: _IntArray, family: _IntArray | None,
-    readings: _FloatArray | None, k: int,
-) -> tuple[_FloatArray, list[_IntArray | None], list[_IntArray | None]]:
+    readings: _FloatArray | None, k: int, population: _IntArray | None = None,
+) -> tuple[_FloatArray, list[_IntArray | None], list[_IntArray | None], set[int]]:
     """:func:`borrowed_effects`'s matrix with each job's mates as victim and as co-runner
-    (:func:`borrowed_mates`; None: nothing borrowed on that side)."""
+    (:func:`borrowed_mates`; None: nothing borrowed on that side), and the jobs that
+    borrowed from the population on either side. ``population``: jobs that, with neither
+    family nor reading to find mates by, borrow from every measured job on that side (the
+    population's mean effect; None: none do)."""
     n = effect.shape[0]
     victims = np.zeros(n, dtype=bool)
     victims[job] = True
     runners = np.zeros(n, dtype=bool)
     runners[co] = True
     out = effect.copy()
-    row_mates = borrowed_mates(victims, family, readings, k)
+    row_mates, everyone = _or_everyone(
+        borrowed_mates(victims, family, readings, k), victims, population
+    )
     for j, mates in enumerate(row_mates):
         if mates is not None:
             out[j] = effect[mates].mean(0)
     filled = out.copy()
-    col_mates = borrowed_mates(runners, family, readings, k)
+    col_mates, more = _or_everyone(
+        borrowed_mates(runners, family, readings, k), runners, population
+    )
     for c, mates in enumerate(col_mates):
         if mates is not None:
             out[:, c] = filled[:, mates].mean(1)
-    return out, row_mates, col_mates
+    return out, row_mates, col_mates, everyone | more
+
+
+def _or_everyone(
+    mates: list[_IntArray | None], measured: np.ndarray[Any, np.dtype[np.bool_]],
+    population: _IntArray | None,
+) -> tuple[list[_IntArray | None], set[int]]:
+    """``mates`` with each job of ``population`` that is not ``measured`` and has none
+    given every measured job, and those jobs."""
+    out, given = list(mates), set[int]()
+    if population is None or not measured.any():
+        return out, given
+    for j in population:
+        if not measured[j] and out[j] is None:
+            out[j] = np.flatnonzero(measured)
+            given.add(int(j))
+    return out, given
 
 
 def _pair_terms(draws: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
@@ -810,7 +834,7 @@ def extended_pairs(
     family: _IntArray | None = None,
     readings: _FloatArray | None = None,
     lift: _FloatArray | None = None,
-) -> tuple[MeasuredPairs, list[int]]:
+) -> tuple[MeasuredPairs, list[int], list[int]]:
     r"""``pairs`` extended to jobs added after the fit (placement-time cold start): each added
     job borrows its row and column of effects as the fit's own cold jobs do (module docstring,
     *Borrowed effects*), and its offsets are solved against ``draws``.
@@ -824,8 +848,11 @@ def extended_pairs(
     and offsets; the rows and columns of jobs ``J1..J-1`` get the borrowed effects
     (:func:`borrowed_effects`) as their completion and the offsets that meet the structure's
     mean log speed under ``draws`` plus that effect. Returns the pairs, ``(J, J)``, and the
-    indices of the added jobs that borrowed (a job with neither a family nor a reading
-    borrows nothing, and keeps the structure's prediction: zero effect). ``lift``: ``(J0,)``
+    indices of the added jobs that borrowed, and of those among them that borrowed from
+    the population: a job with neither a family nor a reading borrows from every measured
+    job, the population's mean effect, as the completion gives a fitted job it has nothing
+    of (zero effect would put its pairs at the *lifted* structure next to a lifted job).
+    ``lift``: ``(J0,)``
     the fit's ceiling lifts (:func:`ceiling_lift`; None: none): the effects are lent as the
     fit lent them, relative to the structure before the lift (an added job is not lifted).
     Spreads (where ``pairs`` has them): the ``J1 x J1`` block's are kept, an added job's row
@@ -842,7 +869,7 @@ def extended_pairs(
     if lift is not None and lift.shape != (n_fit,):
         raise InputError(f"ceiling lifts: {lift.shape[0]} values for {n_fit} fitted jobs")
     if n_old == n_all:
-        return pairs, []
+        return pairs, [], []
     effect = np.zeros((n_all, n_all))
     effect[:n_fit, :n_fit] = pairs.expected[:n_fit, :n_fit]
     if len(pairs):
@@ -852,8 +879,9 @@ def extended_pairs(
     up = np.zeros(n_all)
     if lift is not None:
         up[:n_fit] = lift
-    borrowed, row_mates, col_mates = _borrow(
-        effect + up[:, None], pairs.job, pairs.co, family, readings, NEIGHBOURS
+    borrowed, row_mates, col_mates, everyone = _borrow(
+        effect + up[:, None], pairs.job, pairs.co, family, readings, NEIGHBOURS,
+        population=np.arange(n_old, n_all),
     )
     borrowed -= up[:, None]
     lent = [
@@ -886,7 +914,7 @@ def extended_pairs(
     return MeasuredPairs(
         job=pairs.job, co=pairs.co, log_speed=pairs.log_speed, n=pairs.n, scale=pairs.scale,
         noise=pairs.noise, expected=expected, offset=offset, spread=spread,
-    ), lent
+    ), lent, sorted(everyone)
 
 
 def spread_draws(

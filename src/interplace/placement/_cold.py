@@ -84,7 +84,9 @@ by isolated counters. A new job does the same here: with a family, from the fami
 members; otherwise its row of prior mean effects is the mean of the rows of the
 :data:`~interplace.model._cells.NEIGHBOURS` fitted jobs measured as victims nearest to its
 readings (log shares of full scale, each resource standardised over those jobs), its column
-likewise over the jobs measured as co-runners, and its pressure offsets are solved so that
+likewise over the jobs measured as co-runners (a new job none of whose readings is of a
+resource the model has, or all zero, takes every such job: the population's mean effect),
+and its pressure offsets are solved so that
 the structure's mean log speed of each new pair moves by that effect
 (:func:`~interplace.model._cells.extended_pairs`). The measured jobs' effects are rebuilt from
 the stage's own draws (the fit's seed), so the result is what the fit would have given the
@@ -260,7 +262,7 @@ def _with_borrowed_effects(
     lifts = model.info.get("ceiling_lift", {})
     if not isinstance(lifts, Mapping) or not set(lifts) <= set(model.jobs[:n_fit]):
         raise InputError("this model's info['ceiling_lift'] does not name fitted jobs")
-    pairs, lent = extended_pairs(
+    pairs, lent, everyone = extended_pairs(
         model.measured,
         _first_jobs(plain, n_fit).draws(MEASURED_DRAWS, seed),
         plain.draws(MEASURED_DRAWS, seed),
@@ -274,6 +276,10 @@ def _with_borrowed_effects(
     info["cold_jobs_borrowing"] = [
         *info.get("cold_jobs_borrowing", []), *(grown.jobs[i] for i in lent)
     ]
+    if everyone:
+        info["cold_jobs_from_population"] = [
+            *info.get("cold_jobs_from_population", []), *(grown.jobs[i] for i in everyone)
+        ]
     return dataclasses.replace(grown, measured=pairs, info=info)
 
 
