@@ -19,6 +19,7 @@ from interplace.model._coldscale import (
     MIN_WARM_JOBS,
     align_cold_demand,
     isolated_log_readings,
+    warm_families,
 )
 from interplace.model._data import Counters, counters_from_samples
 from interplace.placement._cold import with_cold_jobs
@@ -217,3 +218,85 @@ def test_a_new_cold_job_gets_the_fits_gap() -> None:
     bad = dataclasses.replace(m, info={**m.info, "cold_demand_shift": {"gpu_compute": ["x"]}})
     with pytest.raises(InputError, match=r"cold_demand_shift'\]\['gpu_compute'\] is not 1"):
         with_cold_jobs(bad, {"new": {"gpu_util_pct": 40.0}})
+
+
+def test_a_cold_job_whose_family_sets_its_intensity_keeps_it() -> None:
+    # Six warm jobs, two cold: job 6's family has a warm member (its intensity centre carries
+    # the warm scale already), job 7's has none. Both demands move; only job 7's intensity.
+    x = np.full((8, 2), np.nan)
+    x[:, 0] = np.log(np.linspace(0.1, 0.8, 8))
+    warm = np.array([True] * 6 + [False] * 2)
+    demand = torch.as_tensor(np.nan_to_num(x), dtype=torch.float64).clone()
+    demand[:6, 0] -= 0.2
+    intensity = torch.full((8, 2), 0.3, dtype=torch.float64)
+    carried = warm_families(np.array([0, 0, 1, 1, 2, -1, 0, 3]), warm)
+    assert carried is not None and carried.tolist() == [1.0] * 5 + [0.0, 1.0, 0.0]
+    new, _, shifts = align_cold_demand(_posterior(demand, intensity), x, warm, RES, 1, carried)
+    d, i = new["log_demand"][0], new["log_intensity"][0]
+    assert shifts["gpu_compute"] == pytest.approx([-0.2])
+    assert torch.allclose(d[6:, 0], demand[6:, 0] - 0.2)
+    assert float(i[6, 0]) == pytest.approx(0.3)  # its family's centre, as fitted
+    assert float(i[7, 0]) == pytest.approx(0.5)  # pressure kept: no warm mate set it
+    assert warm_families(None, warm) is None
+
+
+def test_fit_with_families_leaves_a_cold_members_intensity_to_its_family() -> None:
+    data = synthetic(8, seed=1, samples_per_run=6)
+    train, _, cold = cold_split(data, cold_jobs=2, seed=0)
+    warm_job = next(j for j in sorted(data.runs["job"].unique()) if j not in cold)
+    family = {cold[0]: "shared", warm_job: "shared", cold[1]: "alone"}
+    kw = {"seed": 0, "steps": 150, "min_steps": 150, "restarts": 1, "measured": False,
+          "family": family}
+    on, off = fit(train, **kw), fit(train, cold_scale=False, **kw)  # type: ignore[arg-type]
+    shifts = on.info["cold_demand_shift"]
+    assert shifts
+    delta = torch.tensor([shifts.get(r, [0.0])[0] for r in on.resources], dtype=torch.float64)
+    (a, b) = (on.jobs.index(c) for c in cold)
+    d_on, d_off = on.posterior["log_demand"][0], off.posterior["log_demand"][0]
+    i_on, i_off = on.posterior["log_intensity"][0], off.posterior["log_intensity"][0]
+    assert torch.allclose(d_on[[a, b]] - d_off[[a, b]], delta.expand(2, -1))
+    assert torch.equal(i_on[a], i_off[a])  # the shared family's centre sets it
+    assert torch.allclose(i_on[b], i_off[b] - delta)  # no warm member: pressure kept
+
+
+def test_a_new_job_of_a_family_with_a_warm_member_takes_its_intensity_unshifted() -> None:
+    from interplace.model._data import family_index
+
+    data = synthetic(8, seed=1, samples_per_run=6)
+    train, _, cold = cold_split(data, cold_jobs=2, seed=0)
+    warm_job = next(j for j in sorted(data.runs["job"].unique()) if j not in cold)
+    # Every job has a family ("rest" for the other six), so a new job without one takes the
+    # families' mixture, of which the families with a warm member weigh 7 of 8 job types.
+    family = {j: "rest" for j in data.runs["job"].unique()}
+    family.update({cold[0]: "shared", warm_job: "shared", cold[1]: "alone"})
+    m = fit(train, seed=0, steps=150, min_steps=150, restarts=1, measured=False, family=family)
+    shifts = m.info["cold_demand_shift"]
+    assert shifts
+    reading = {"gpu_util_pct": 50.0, "mem_util_pct": 40.0}
+    m2 = with_cold_jobs(
+        m, {"n1": reading, "n2": reading, "n3": reading}, {"n1": "shared", "n2": "alone"}
+    )
+    assert m.families is not None
+    idx = family_index(m.families)[0]
+    effect = m.posterior["family_effect"][0]
+    n_res = len(m.resources)
+    rows = {f: idx[m.jobs.index(j)] for f, j in (("shared", warm_job), ("alone", cold[1]))}
+    rows["rest"] = idx[m.jobs.index(next(j for j in m.jobs if family[j] == "rest"))]
+    weight = {"shared": 2 / 8, "alone": 1 / 8, "rest": 5 / 8}
+    i = m2.posterior["log_intensity"][0]
+    for name, (delta,) in shifts.items():
+        r = m.resources.index(name)
+        e = {f: float(effect[row, 2 * n_res + r]) for f, row in rows.items()}
+        assert float(i[-3, r]) == pytest.approx(e["shared"])  # as the fit's cold member
+        assert float(i[-2, r]) == pytest.approx(e["alone"] - delta)
+        mixture = sum(weight[f] * e[f] for f in e)
+        assert float(i[-1, r]) == pytest.approx(mixture - delta / 8)
+
+
+def test_a_malformed_record_of_warm_jobs_is_refused() -> None:
+    data = synthetic(4, seed=2, samples_per_run=4)
+    m = fit(data, seed=0, steps=50, min_steps=50, restarts=1, measured=False,
+            family={"job0": "A", "job1": "A"})
+    bad = dataclasses.replace(m, info={**m.info, "jobs_with_pairs": 3})
+    with pytest.raises(InputError, match=r"info\['jobs_with_pairs'\] is not a list"):
+        with_cold_jobs(bad, {"new": {"gpu_util_pct": 40.0}}, {"new": "A"})

@@ -145,7 +145,9 @@ log demand moved, per resource a counter reads, by the median gap :math:`\log d 
 the fitted jobs minus that of the cold jobs (:math:`u` the isolated reading; medians over
 readings of at least 5% of full scale), and its intensity
 moved back by as much: its pressure stays where its counters put it, while its sensitivity,
-regressed on log demand, is read as a fitted job's with the same counters would be. A cut
+regressed on log demand, is read as a fitted job's with the same counters would be; in a fit
+with families, a cold job whose family has a job with co-located runs keeps its intensity,
+whose centre, the family's, those jobs already set on the fitted jobs' scale. A cut
 too; the gaps are in ``info["demand_gap"]`` and ``info["cold_demand_shift"]``.
 
 *Families (optional).* Jobs often come in families: one network at several batch sizes,

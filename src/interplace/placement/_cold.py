@@ -63,8 +63,8 @@ job's ``family``) starts from that family's effect, as the fit's own jobs do: wi
 posterior sd, the demand prior above becomes :math:`\mathcal N(\hat\mu_r + e^{d}_{fr},
 \hat\sigma_r^2 + s_{\mu r}^2 + v^{d\,2}_{fr})` (the row itself where no counter reads
 :math:`r`), :math:`\epsilon_{nr} \sim \mathcal N(e^{\epsilon}_{fr}, (1 +
-v^{\epsilon\,2}_{fr})^{1/2})`, :math:`\eta_{nr} \sim \mathcal N(e^{\eta}_{fr} - \Delta_r,
-(\hat\varsigma_r^2 + v^{\eta\,2}_{fr})^{1/2})` and :math:`\beta_n \sim \mathcal
+v^{\epsilon\,2}_{fr})^{1/2})`, :math:`\eta_{nr} \sim \mathcal N(e^{\eta}_{fr} - (1 -
+c_n)\Delta_r, (\hat\varsigma_r^2 + v^{\eta\,2}_{fr})^{1/2})` and :math:`\beta_n \sim \mathcal
 N(e^{\beta}_f, (\hat\omega^2 + v^{\beta\,2}_f)^{1/2})`, and it borrows its pair
 corrections from the family's measured members (below). A new job without a family the
 model knows (none given, or one it was not fitted with), added to a model whose fitted jobs
@@ -73,7 +73,12 @@ mixture of the fitted families, weighted by their numbers :math:`n_f` of fitted 
 :math:`e = \sum_f w_f e_f` and :math:`v^2 = \sum_f w_f (v_f^2 + (e_f - e)^2)` with
 :math:`w_f = n_f / \sum_g n_g`, in place of :math:`e_f, v_f` above (and borrows from its
 nearest fitted jobs). The zero effect of "no family" is what the fit learnt only where some
-of its jobs had none; there such a job keeps it. Measured on Lucid's family fits, a new job
+of its jobs had none; there such a job keeps it. :math:`c_n` is the share of the job's
+intensity centre that the fit's warm jobs (those measured as a victim) set: 1 for a family
+with a warm member, whose effect already carries the raised intensity the shift
+:math:`-\Delta_r` stands for (the fit's own rule, :mod:`interplace.model._coldscale`,
+*Families*), 0 for a family without one, and for the mixture the weight of the families
+with one. Measured on Lucid's family fits, a new job
 added without its family: held-out MAE 0.0733 with the zero effect, 0.0666 with the mixture
 (better on 7 of 10 seeds), 90% coverage 0.79 and 0.91 (``docs/benchmarks.md``).
 
@@ -197,15 +202,17 @@ def with_cold_jobs(
     weight = _sample_counts(model, reads, samples)
     gap, shift = _per_resource(model, "demand_gap"), _per_resource(model, "cold_demand_shift")
     members = _family_members(model)
+    carried = _carried(model, fam, members)
     if model.components == 1:
         post = _with_rows(
-            model.posterior, model.metrics, reads, weight, gap[0], shift[0], fam, members
+            model.posterior, model.metrics, reads, weight, gap[0], shift[0], fam, members,
+            carried,
         )
     else:
         parts = [
             _with_rows(
                 {k: (loc[c], scale[c]) for k, (loc, scale) in model.posterior.items()},
-                model.metrics, reads, weight, gap[c], shift[c], fam, members,
+                model.metrics, reads, weight, gap[c], shift[c], fam, members, carried,
             )
             for c in range(model.components)
         ]
@@ -332,6 +339,7 @@ def _with_rows(
     shift: torch.Tensor,
     fam: Mapping[str, tuple[str, int] | None],
     members: np.ndarray[Any, np.dtype[np.float64]] | None,
+    carried: Mapping[str, float],
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """One mean-field posterior with a row for each new job of ``reads`` (module docstring).
 
@@ -339,7 +347,7 @@ def _with_rows(
     each new job's sample count per reading; ``gap``, ``shift``: ``(R,)`` the fit's warm
     median gap of log demand below log reading and the shift it gave its own cold jobs (NaN
     where it recorded none); ``fam``: each new job's family (:func:`_new_families`);
-    ``members``: :func:`_family_members`."""
+    ``members``: :func:`_family_members`; ``carried``: :func:`_carried`."""
     post = {k: (loc.clone(), scale.clone()) for k, (loc, scale) in posterior.items()}
     n_res = int(post["demand_mu"][0].shape[-1])
     family_of = _family_rows(post, fam, n_res, members)
@@ -378,7 +386,7 @@ def _with_rows(
                 delta = float(gap[r]) - (m - math.log(mean_share))
             d_loc[r] = m + delta
             d_scale[r] = sd
-            i_loc[r] -= delta
+            i_loc[r] -= delta * (1.0 - carried[job])
         rows["log_demand"].append((d_loc, d_scale))
         ones = torch.ones(n_res, dtype=torch.float64)
         rows["sens_eps"].append(
@@ -531,6 +539,36 @@ def _family_members(model: InterferenceModel) -> np.ndarray[Any, np.dtype[np.flo
     idx, n_fam = family_index(model.families)
     counts = np.bincount(idx[: len(fitted)], minlength=n_fam)[:n_fam].astype(np.float64)
     return counts if counts.sum() > 0 else None
+
+
+def _carried(
+    model: InterferenceModel, fam: Mapping[str, tuple[str, int] | None],
+    members: np.ndarray[Any, np.dtype[np.float64]] | None,
+) -> dict[str, float]:
+    """Each new job's :math:`c_n`, the share of its intensity centre that the fit's warm jobs
+    set (module docstring, *Families*): 1 for a family with a fitted member measured as a
+    victim (``info["jobs_with_pairs"]``), 0 for one without; for the fitted families' mixture
+    the weight of those with one; 0 without a family."""
+    if model.families is None:
+        return dict.fromkeys(fam, 0.0)
+    recorded = model.info.get("jobs_with_pairs") or []
+    if not isinstance(recorded, list | tuple) or not all(isinstance(j, str) for j in recorded):
+        raise InputError("this model's info['jobs_with_pairs'] is not a list of job names")
+    warm = set(recorded)
+    idx, n_fam = family_index(model.families)
+    lit = np.zeros(n_fam)
+    for j, job in enumerate(model.jobs):
+        if job in warm and idx[j] < n_fam:
+            lit[idx[j]] = 1.0
+    out = {}
+    for job, f in fam.items():
+        if f is not None:
+            out[job] = float(lit[f[1]])
+        elif members is not None:
+            out[job] = float((members * lit).sum() / members.sum())
+        else:
+            out[job] = 0.0
+    return out
 
 
 def _widened(base: torch.Tensor, sd: torch.Tensor | None, part: slice | int) -> torch.Tensor:
