@@ -271,8 +271,9 @@ def with_counters(
         )
     named = {job: f for job, f in families.items() if f is not None}
     counts = {job: n for job, n in samples.items() if n is not None}
-    # Adding jobs costs a tenth of a second on a model of Lucid's size (the second stage's
-    # draws and offsets for the new pairs) and gives the same model for the same input, so
+    # Adding jobs costs about 0.17 s for one job and 0.5-0.8 s for eight on a model of
+    # Lucid's size (the second stage's draws and offsets for the new pairs; 2026-11-28, one
+    # core) and gives the same model for the same input, so
     # each model keeps what it grew into for the inputs seen last (a scheduler asks again
     # and again about one pending job).
     key = tuple(sorted(
