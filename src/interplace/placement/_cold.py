@@ -114,7 +114,7 @@ import torch
 from interplace.errors import InputError
 from interplace.model import METRIC_FULL_SCALE, METRIC_RESOURCE, InterferenceModel
 from interplace.model._cells import extended_pairs
-from interplace.model._coldscale import MIN_READING, readings_array
+from interplace.model._coldscale import MIN_READING, readings_array, warm_families
 from interplace.model._data import family_codes, family_index
 from interplace.model._fit import MEASURED_DRAWS
 from interplace.model._net import smooth_cap
@@ -554,12 +554,12 @@ def _carried(
     recorded = model.info.get("jobs_with_pairs") or []
     if not isinstance(recorded, list | tuple) or not all(isinstance(j, str) for j in recorded):
         raise InputError("this model's info['jobs_with_pairs'] is not a list of job names")
-    warm = set(recorded)
-    idx, n_fam = family_index(model.families)
-    lit = np.zeros(n_fam)
-    for j, job in enumerate(model.jobs):
-        if job in warm and idx[j] < n_fam:
-            lit[idx[j]] = 1.0
+    codes = family_codes(model.families)
+    assert codes is not None  # a model with families
+    per_job = warm_families(codes, np.isin(model.jobs, recorded))
+    assert per_job is not None
+    lit = np.zeros(family_index(model.families)[1])  # (F,): the family has a warm member
+    lit[codes[codes >= 0]] = per_job[codes >= 0]
     out = {}
     for job, f in fam.items():
         if f is not None:
