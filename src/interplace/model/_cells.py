@@ -18,12 +18,12 @@ A pair's effect :math:`\delta_{jk}` is what the structure misses:
           \bar\varepsilon_{jk} \sim \mathcal{N}(0, \sigma_m^2 / n_{jk}),
 
 with :math:`\sigma_m` the measurement noise (``Hyper.measure_noise``, 2%). The prior mean
-:math:`m_{jk}` is a completion of the measured residuals :math:`\bar y - \bar\mu` (job biases
-and a soft-impute low-rank term, rank and shrinkage by cross-validation:
-:func:`complete_effects`): the misfit has structure of its own (a victim the mechanism
-under-rates against everyone, say), which carries to pairs never measured. :math:`\tau` is the
-misfit left after it: the structure's fitted noise scale :math:`s` times the completion's
-cross-validated error over the residuals' own, less the measurement noise,
+:math:`m_{jk}` is a completion of the measured residuals :math:`\bar y - \bar\mu` (job biases,
+winsorised as the misfit is heavy-tailed, and a soft-impute low-rank term, rank and shrinkage
+by cross-validation: :func:`complete_effects`): the misfit has structure of its own (a victim
+the mechanism under-rates against everyone, say), which carries to pairs never measured.
+:math:`\tau` is the misfit left after it: the structure's fitted noise scale :math:`s` times
+the completion's cross-validated error over the residuals' own, less the measurement noise,
 :math:`\tau^2 = \max(s'^2 - \sigma_m^2, (s'/10)^2)`. The posterior mean of a measured pair's
 effect is conjugate,
 
@@ -126,7 +126,7 @@ import torch
 from interplace.errors import InputError
 from interplace.model._data import Observations
 from interplace.model._net import KAPPA, _softplus, pressure, sensitivity
-from interplace.model._softimpute import LAMBDA_FRACTIONS, RANKS, biases, fit_cells
+from interplace.model._softimpute import LAMBDA_FRACTIONS, RANKS, fit_cells, robust_biases
 
 __all__ = [
     "NEIGHBOURS",
@@ -281,13 +281,18 @@ def complete_effects(
     """The prior mean of every pair's effect, ``(J, J)``, completed from the measured ones.
 
     ``residual``: ``(C,)`` each measured pair's mean log speed minus the structure's. The
-    candidates are job biases alone (``mu + a_j + b_k``, ridge 1), and
-    biases plus a soft-impute term of each rank in :data:`~._softimpute.RANKS` and shrinkage
-    in :data:`~._softimpute.LAMBDA_FRACTIONS` of the largest singular value; ``folds``-fold
-    cross-validation over the pairs (seeded) picks the one of least absolute error (with
-    fewer than ``2 * folds`` pairs there is no completion: zeros). Returns
-    the completed matrix and ``{"choice", "rank", "shrinkage", "cv_mae", "cv_mae_none"}``
-    (``choice``: ``none``, ``biases`` or ``low-rank``).
+    candidates are job biases alone (``mu + a_j + b_k``, ridge 1) and biases plus a
+    soft-impute term of each rank in :data:`~._softimpute.RANKS` and shrinkage in
+    :data:`~._softimpute.LAMBDA_FRACTIONS` of the largest singular value; ``folds``-fold
+    cross-validation over the pairs (seeded) picks the one of least absolute error (with fewer
+    than ``2 * folds`` pairs there is no completion: zeros). The biases alone are fitted by
+    winsorising (:func:`~interplace.model._softimpute.robust_biases`): a pair far off the
+    rest, a run gone wrong, then moves its jobs' biases, and with them every pair of theirs
+    never measured, by a bounded amount instead of its whole distance. The low-rank candidates
+    stay least squares (winsorised, the weakly shrunk low-rank term follows the far pair
+    instead, and on clean data it fits worse: ``docs/benchmarks.md``, the nineteenth
+    session's screens). Returns the completed matrix and ``{"choice", "rank", "shrinkage",
+    "cv_mae", "cv_mae_none"}`` (``choice``: ``none``, ``biases`` or ``low-rank``).
     """
     c = residual.shape[0]
     zero = np.zeros((n_jobs, n_jobs))
@@ -299,7 +304,7 @@ def complete_effects(
     if c < 2 * folds:
         return zero, info
     r0 = np.zeros((n_jobs, n_jobs))
-    mu, a, b = biases(residual, job, co, n_jobs)
+    mu, a, b = robust_biases(residual, job, co, n_jobs)
     r0[job, co] = residual - mu - a[job] - b[co]
     smax = float(np.linalg.svd(r0, compute_uv=False)[0])
     # No completion is not a candidate: the residuals are in-sample for the structure (it was
@@ -318,7 +323,7 @@ def complete_effects(
         if kind == "none":
             return zero
         if kind == "biases":
-            m, aa, bb = biases(y, j, k, n_jobs)
+            m, aa, bb = robust_biases(y, j, k, n_jobs)
             return np.asarray(m + aa[:, None] + bb[None, :], dtype=float)
         m, aa, bb, z = fit_cells(y, j, k, n_jobs, lam, rank)
         return np.asarray(m + aa[:, None] + bb[None, :] + z, dtype=float)
