@@ -304,7 +304,7 @@ def complete_effects(
     if c < 2 * folds:
         return zero, info
     r0 = np.zeros((n_jobs, n_jobs))
-    mu, a, b = robust_biases(residual, job, co, n_jobs)
+    mu, a, b = robust_biases(residual, job, co, n_jobs)  # also the biases candidate's full fit
     r0[job, co] = residual - mu - a[job] - b[co]
     smax = float(np.linalg.svd(r0, compute_uv=False)[0])
     # No completion is not a candidate: the residuals are in-sample for the structure (it was
@@ -338,6 +338,8 @@ def complete_effects(
         if err < best_err - 1e-12:
             best, best_err = option, err
     info.update(choice=best[0], rank=best[1], shrinkage=best[2], cv_mae=best_err / c)
+    if best[0] == "biases":  # fitted on every pair above: the same call, not repeated
+        return np.asarray(mu + a[:, None] + b[None, :], dtype=float), info
     return fitted(*best, np.arange(c)), info
 
 
