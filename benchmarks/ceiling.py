@@ -45,13 +45,13 @@ from typing import Any
 
 import numpy as np
 import torch
+from _lucid import add_lucid_options, lucid_split, require_lucid
 from _results import report
 
 from interplace._parallel import spawn_map
-from interplace.datasets import load_lucid
 from interplace.errors import InputError
 from interplace.model import Query, fit
-from interplace.model._evaluate import cold_split, colocated_rows, holdout_split, row_queries
+from interplace.model._evaluate import colocated_rows, row_queries
 from interplace.model._peers import fit_ebm, fit_soft_impute
 
 BANDS = {"near_ceiling": (0.97, np.inf), "mild": (0.85, 0.97), "strong": (0.0, 0.85)}
@@ -67,11 +67,7 @@ def _mae(pred: np.ndarray[Any, Any], y: np.ndarray[Any, Any]) -> float:
 def _split(path: str, kind: str, seed: int, lift: bool = True, ebm: bool = True
            ) -> dict[str, Any]:
     torch.set_num_threads(1)
-    data = load_lucid(path)
-    if kind == "cold":
-        train, test, _ = cold_split(data, cold_jobs=8, seed=seed)
-    else:
-        train, test = holdout_split(data, holdout_frac=0.3, seed=seed)
+    train, test, _ = lucid_split(path, kind, seed)
     start = time.perf_counter()
     model = fit(train, seed=seed, lift_ceilings=lift)
     fit_s = time.perf_counter() - start
@@ -151,18 +147,13 @@ def _medians(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--lucid", default="../shared/datasets/lucid")
-    ap.add_argument("--splits", nargs="+", choices=("random", "cold"),
-                    default=["random", "cold"])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--workers", type=int, default=1, help="splits in parallel processes")
+    add_lucid_options(ap)
     ap.add_argument("--no-lift-ceilings", action="store_true",
                     help="fit the model with fit(lift_ceilings=False)")
     ap.add_argument("--no-ebm", action="store_true", help="leave the EBM peer out (faster)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    if not Path(args.lucid, "colocate_info.csv").is_file():
-        sys.exit(f"no Lucid data at {args.lucid} (give --lucid PATH)")
+    require_lucid(args.lucid)
     jobs = [(args.lucid, kind, s, not args.no_lift_ceilings, not args.no_ebm)
             for kind in args.splits for s in args.seeds]
     rows = spawn_map(_split_task, jobs, args.workers)
