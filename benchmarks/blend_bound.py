@@ -1,14 +1,16 @@
 """How far any mix of the model and its peers gets on Lucid: a bound chosen with hindsight.
 
 Run: ``python benchmarks/blend_bound.py [--lucid PATH] [--splits random cold] [--seeds 0 1 2]
-[--workers 2] [--step 0.05] [--out results.json]``
+[--families none model] [--workers 2] [--step 0.05] [--out results.json]``
 
 Issue 15 asks the model's held-out MAE to be at most 0.9 of the best peer's. On Lucid it is
 ahead of every peer by less. This asks whether the information the four predictors use (ids,
 the measured pairs, both jobs' isolated counters) could reach 0.9 by any combination of them:
 for each split of ``evaluate`` (``random``: 30% of co-located runs held out; ``cold``: every
-co-located run of 8 jobs held out; seed ``seed``, without families), the default fit and every
-peer of :data:`interplace.model.PEERS` that is installed predict each held-out speed, and
+co-located run of 8 jobs held out; seed ``seed``; without job families, or with Lucid's
+``model`` column as families given to the model and to every peer that can use them, as in
+``benchmarks/accuracy.py``), the default fit and every peer of :data:`interplace.model.PEERS`
+that is installed predict each held-out speed, and
 
 - ``blends``: the MAE of :math:`(1 - w)\\,\\hat v_{\\text{model}} + w\\,\\hat v_{\\text{peer}}`
   for each peer and each :math:`w` in :data:`WEIGHTS`;
@@ -101,22 +103,24 @@ def _less_victim(err: np.ndarray[Any, Any], job: np.ndarray[Any, Any]) -> float:
     return float(np.abs(err - (np.bincount(inv, weights=err) / np.bincount(inv))[inv]).mean())
 
 
-def _split(path: str, kind: str, seed: int, step: float) -> dict[str, Any]:
+def _split(path: str, kind: str, seed: int, family: str | None, step: float
+           ) -> dict[str, Any]:
     torch.set_num_threads(1)
     train, test, cold = lucid_split(path, kind, seed)
     start = time.perf_counter()
-    model = fit(train, seed=seed)
+    model = fit(train, seed=seed, family=family)
+    families = model.family_map() if family is not None else None
     fit_s = time.perf_counter() - start
     y = test["speed"].to_numpy(float)
     pred = {"model": np.asarray(model.posterior_speed(row_queries(test), seed=seed).mean)}
     for name, make in PEERS.items():
         try:
-            pred[name] = np.asarray(make(train, None, seed).predict(test), dtype=float)
+            pred[name] = np.asarray(make(train, families, seed).predict(test), dtype=float)
         except InputError as exc:  # an optional extra that is missing: say so, go on
             print(f"{kind} seed {seed}: {name} unavailable ({exc})", file=sys.stderr)
     job = test["job"].astype(str).to_numpy()
     co = test["co_runner"].astype(str).to_numpy()
-    return {"split": kind, "seed": seed, "fit_seconds": fit_s,
+    return {"split": kind, "family": family, "seed": seed, "fit_seconds": fit_s,
             **score(pred, y, job, co, cold, step)}
 
 
@@ -154,15 +158,16 @@ def score(pred: dict[str, np.ndarray[Any, Any]], y: np.ndarray[Any, Any],
     }
 
 
-def _split_task(job: tuple[str, str, int, float]) -> dict[str, Any]:
-    """:func:`_split` on one ``(path, kind, seed, step)``, for :func:`spawn_map`."""
+def _split_task(job: tuple[str, str, int, str | None, float]) -> dict[str, Any]:
+    """:func:`_split` on one ``(path, kind, seed, family, step)``, for :func:`spawn_map`."""
     return _split(*job)
 
 
 def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for kind in sorted({r["split"] for r in rows}):
-        rs = [r for r in rows if r["split"] == kind]
+    for key in sorted({(r["split"], r["family"] or "none") for r in rows}):
+        kind = key[0] if key[1] == "none" else f"{key[0]}, families {key[1]}"
+        rs = [r for r in rows if (r["split"], r["family"] or "none") == key]
         peers = [n for n in rs[0]["mae"] if n != "model" and all(n in r["mae"] for r in rs)]
         if not peers:
             continue
@@ -199,13 +204,16 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     add_lucid_options(ap)
+    ap.add_argument("--families", nargs="+", choices=("none", "model"), default=["none"],
+                    help="without families, with Lucid's model column as families, or both")
     ap.add_argument("--step", type=float, default=0.05, help="grid step over the simplex")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     require_lucid(args.lucid)
     if not 0 < args.step <= 0.5 or abs(1 / args.step - round(1 / args.step)) > 1e-9:
         sys.exit(f"--step {args.step}: give 1/k for a whole k >= 2 (0.05, 0.1, ...)")
-    jobs = [(args.lucid, kind, s, args.step) for kind in args.splits for s in args.seeds]
+    jobs = [(args.lucid, kind, s, None if f == "none" else f, args.step)
+            for f in args.families for kind in args.splits for s in args.seeds]
     rows = spawn_map(_split_task, jobs, args.workers)
     report(rows, _summary(rows), args.out, rows_key="splits", summary_key="summary")
 
