@@ -90,17 +90,27 @@ def two_way(err: np.ndarray[Any, Any], job: np.ndarray[Any, Any], co: np.ndarray
     >>> two_way(e, j, k).round(6).tolist()
     [0.0, 0.0, 0.0, 0.0]
     """
-    out = np.asarray(err, dtype=float).copy()
+    out = np.asarray(err, dtype=float)
+    groups = [_groups(job), _groups(co)]
     for _ in range(rounds):
-        for key in (job, co):
-            _, inv = np.unique(key, return_inverse=True)
-            out -= (np.bincount(inv, weights=out) / np.bincount(inv))[inv]
+        for inv in groups:
+            out = _less_mean(out, inv)
     return out
 
 
+def _groups(key: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Each row's group index ``(N,)`` for the labels ``key`` ``(N,)``."""
+    _, inv = np.unique(key, return_inverse=True)
+    return np.asarray(inv)
+
+
+def _less_mean(err: np.ndarray[Any, Any], inv: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """``err`` ``(N,)`` less the mean of its group (``inv``: :func:`_groups`)."""
+    return np.asarray(err - (np.bincount(inv, weights=err) / np.bincount(inv))[inv], dtype=float)
+
+
 def _less_victim(err: np.ndarray[Any, Any], job: np.ndarray[Any, Any]) -> float:
-    _, inv = np.unique(job, return_inverse=True)
-    return float(np.abs(err - (np.bincount(inv, weights=err) / np.bincount(inv))[inv]).mean())
+    return float(np.abs(_less_mean(err, _groups(job))).mean())
 
 
 def _split(path: str, kind: str, seed: int, family: str | None, step: float
