@@ -3,12 +3,14 @@
 Run: ``python benchmarks/accuracy.py [--seeds 0 1 2] [--lucid ../shared/datasets/lucid]
 [--out results.json] [--parts gavel lucid denoise ablation decision] [--families none model]
 [--gavel v100 p100 k80] [--workers 2] [--mixes 5] [--restarts K] [--temper LAMBDA]
-[--lucid-splits random cold] [--no-fit-time] [--no-lift-ceilings]``
+[--lucid-splits random cold] [--no-fit-time] [--no-lift-ceilings] [--iso-bias-scale S]``
 
 ``--restarts`` and ``--temper`` pass those options to every fit (default: the library's own,
 which pools four tempered restarts on Gavel-sized data and fits Lucid once);
 ``--no-lift-ceilings`` fits with ``fit(lift_ceilings=False)`` (the default until the
-fifteenth session).
+fifteenth session); ``--iso-bias-scale S`` centres the prior of the isolated-reference error's
+scale :math:`\\omega` at ``S`` with spread 0.1 (``Hyper(iso_bias_scale_loc=log S,
+iso_bias_scale_scale=0.1)``; the library's is ``log 0.03`` and 0.5).
 
 Peers: every split also scores the peer predictors of :mod:`interplace.model._peers` on the
 same split (soft-impute matrix completion with inner-CV rank and shrinkage, scikit-learn
@@ -413,6 +415,13 @@ def main() -> None:
         help="fit option: fit(lift_ceilings=False) (default: fit's own, on)",
     )
     ap.add_argument(
+        "--iso-bias-scale",
+        type=float,
+        metavar="S",
+        help="fit option: the prior of the isolated-reference error's scale centred at S "
+        "(Hyper(iso_bias_scale_loc=log S, iso_bias_scale_scale=0.1); default: the library's)",
+    )
+    ap.add_argument(
         "--lucid-splits",
         nargs="+",
         choices=("random", "cold"),
@@ -440,7 +449,12 @@ def main() -> None:
     }
     if args.no_lift_ceilings:
         fit_kwargs["lift_ceilings"] = False
-    results: dict[str, Any] = {"seeds": args.seeds, "fit": fit_kwargs, "splits": []}
+    results: dict[str, Any] = {"seeds": args.seeds, "fit": dict(fit_kwargs), "splits": []}
+    if args.iso_bias_scale is not None:
+        fit_kwargs["hyper"] = Hyper(
+            iso_bias_scale_loc=math.log(args.iso_bias_scale), iso_bias_scale_scale=0.1
+        )
+        results["fit"]["iso_bias_scale"] = args.iso_bias_scale
     families = [None if f == "none" else f for f in args.families]
     for gpu in args.gavel if "gavel" in args.parts else ():
         for family in families:

@@ -66,9 +66,10 @@ then all but switches the co-runner's pressure off, and the job runs at its alon
 whose error :math:`\beta_j` (the isolated-reference bias) every speed of the job shares. If a
 co-runner never speeds a job up, the job's speed alone is at least each of its co-located
 speeds, so a measured pair faster than the structure's speed alone says :math:`\beta_j` is
-higher than the structure put it (the isolated run, a speed of exactly 1 by construction,
-holds it near 0). So the stage lifts (by default; not with ``fit(lift_ceilings=False)``)
-each job's isolated-reference bias, in every draw, by
+higher than the structure put it (its prior holds it near 0; the isolated run, a speed of
+exactly 1 by construction, is the reference, not an observation). So the stage lifts (by
+default; not with ``fit(lift_ceilings=False)``) each job's isolated-reference bias, in every
+draw, by
 
 .. math:: \ell_j = \max\bigl(0, \max_{k \in M_j} (\bar\mu_{jk} + \hat\delta_{jk})
           - \bar\beta_j\bigr),
