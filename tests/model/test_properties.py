@@ -150,8 +150,9 @@ def test_a_first_co_runner_never_raises_the_speed_above_running_alone(
     small_model: InterferenceModel, data: st.DataObject
 ) -> None:
     # The same property from an empty co-runner list: company cannot make a job faster than
-    # running alone, draw by draw. (Alone, the speed is 1 up to the posterior error of the
-    # job's isolated reference throughput, which every speed of the job shares.)
+    # running alone, draw by draw. (Alone, the speed is the job's record, raised where its
+    # co-located level is above it; next to a co-runner on its GPU it is that level times
+    # the contention: reference_level.)
     jobs = small_model.jobs
     job = data.draw(st.sampled_from(jobs), label="job")
     co = data.draw(st.lists(st.sampled_from(jobs), min_size=1, max_size=3), label="co")
@@ -183,6 +184,54 @@ def test_the_order_of_co_runners_does_not_matter(
     q1 = Query(job, tuple(co[i] for i in order), tuple(shares[i] for i in order))
     p = small_model.posterior_speed([q0, q1], num_samples=32, seed=3)
     torch.testing.assert_close(p.speed[:, 0], p.speed[:, 1], rtol=1e-12, atol=0)
+
+
+@SETTINGS
+@given(data=st.data())
+def test_sharing_one_more_resource_never_raises_any_speed_draw(
+    small_model: InterferenceModel, data: st.DataObject
+) -> None:
+    # Monotone in what is shared, draw by draw: one more resource shared with one co-runner
+    # only adds load, and where it makes that co-runner share every resource (the job's GPU)
+    # the level drops from max(beta, 0) to beta (reference_level). Rounding slack as above.
+    jobs, resources = small_model.jobs, small_model.resources
+    job = data.draw(st.sampled_from(jobs), label="job")
+    co = data.draw(st.lists(st.sampled_from(jobs), min_size=1, max_size=3), label="co")
+    shares = _shares(data.draw, resources, len(co))
+    k = data.draw(st.integers(0, len(co) - 1), label="co-runner")
+    missing = [r for r in resources if r not in shares[k]]
+    if not missing:
+        shares[k] = tuple(r for r in shares[k] if r != resources[0])
+        missing = [resources[0]]
+    r = data.draw(st.sampled_from(missing), label="resource")
+    more = list(shares)
+    more[k] = tuple(sorted((*shares[k], r)))
+    seed = data.draw(st.integers(0, 2**20), label="seed")
+    p = small_model.posterior_speed(
+        [Query(job, tuple(co), tuple(shares)), Query(job, tuple(co), tuple(more))],
+        num_samples=64, seed=seed,
+    )
+    rise = p.speed[:, 1] - p.speed[:, 0]
+    assert float(rise.max()) <= 1e-12, f"{job} next to {co}: {shares} -> {more} rose"
+
+
+def test_a_job_alone_runs_at_its_record_unless_its_level_is_above_it(
+    small_model: InterferenceModel,
+) -> None:
+    # Draw by draw: alone, and next to a co-runner on another GPU that contends for nothing,
+    # a job runs at e^max(beta, 0); next to one on its own GPU whose pressure is negligible
+    # it would run at e^beta (the ceiling the second stage lifts; test_cells).
+    jobs = small_model.jobs
+    p = small_model.posterior_speed(
+        [Query(j, ()) for j in jobs] + [Query(j, (jobs[0],), ((),)) for j in jobs],
+        num_samples=64, seed=7,
+    )
+    beta = small_model.draws(64, 7)["iso_bias"].to(torch.float64)
+    want = beta.clamp_min(0.0).exp()
+    torch.testing.assert_close(p.speed[:, : len(jobs)], want, rtol=1e-12, atol=0)
+    torch.testing.assert_close(p.speed[:, len(jobs) :], want, rtol=1e-12, atol=0)
+    # The small data's records are noisy, so levels fall on both sides of 0 here.
+    assert bool((beta.mean(0) < 0).any()) and bool((beta.mean(0) > 0).any())
 
 
 def test_sharing_nothing_is_running_alone(small_model: InterferenceModel) -> None:

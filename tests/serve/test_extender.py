@@ -24,6 +24,7 @@ from interplace.serve import (  # noqa: E402
     KubeSync,
     build_app,
 )
+from interplace.serve._extender import TIE, node_score  # noqa: E402
 from interplace.topology import builtin  # noqa: E402
 
 DEPLOY = Path(__file__).parents[2] / "deploy" / "kubernetes"
@@ -126,12 +127,26 @@ def make(model: InterferenceModel, nodes: list[str], **kw: Any) -> tuple[Extende
 
 @pytest.mark.parametrize("cache", [True, False])
 def test_filter_prioritize_bind_round(served: tuple[Any, list[str]], cache: bool) -> None:
+    from interplace.serve import parse_pod
+
     model, jobs = served
     nodes = ["n1", "n2", "n3"]
-    _ext, http = make(model, nodes)
+    ext, http = make(model, nodes)
     sched = FakeScheduler(http, cache)
-    placed = [sched.schedule(pod(f"p{k}", jobs[k % 4], 1), nodes) for k in range(20)]
-    assert all(p in nodes for p in placed)
+    for k in range(20):
+        the_pod = pod(f"p{k}", jobs[k % 4], 1)
+        kept, _ = sched.filter(the_pod, nodes)
+        parsed = parse_pod(the_pod)
+        job = ext._job(parsed)
+        assert job is not None
+        gains = {n: ext._best(parsed, job, n) for n in kept}
+        placed = sched.schedule(the_pod, nodes)
+        assert placed in nodes
+        # The scheduler, adding up integer scores, lands each pod where the model predicts
+        # the most gain (within the scores' tie band): the scores rank nodes as the model does.
+        top = max(g[0] for g in gains.values() if g is not None)
+        got = gains[placed]
+        assert got is not None and got[0] >= top * (1 - TIE) - 1e-12
     state = http.get("/state").json()
     per_gpu: dict[tuple[str, str], int] = {}
     for n, pods in state["nodes"].items():
@@ -139,8 +154,15 @@ def test_filter_prioritize_bind_round(served: tuple[Any, list[str]], cache: bool
             for g in gpus.split(","):
                 per_gpu[(n, g)] = per_gpu.get((n, g), 0) + 1
     assert sum(per_gpu.values()) == 20 and max(per_gpu.values()) <= 2
-    # 20 one-GPU pods on 24 GPUs: a scorer that prefers idle GPUs shares none of them.
-    assert max(per_gpu.values()) == 1
+
+
+def test_a_node_that_costs_anything_scores_below_one_that_costs_nothing() -> None:
+    # Scores are relative to the best node's gain (kube-scheduler normalises its own plugins'
+    # scores the same way), so a pod's own speed above 1 (a record measured low) cannot push
+    # every node to the top score, and any measurable cost drops a node below it.
+    assert node_score(1.04, 1.04) == 10 and node_score(1.04 * (1 - TIE), 1.04) == 10
+    assert node_score(1.03, 1.04) == 9 and node_score(0.52, 1.04) == 5
+    assert node_score(-0.2, 1.04) == 0 and node_score(0.3, -0.1) == 0
 
 
 def test_filter_reasons_and_unknown_nodes(served: tuple[Any, list[str]]) -> None:

@@ -79,8 +79,9 @@ measurements (matrix completion inside the model); a job without co-located runs
 prior (:math:`z = 0` in the mean) and so the mechanism's cold-start prediction.
 
 *Speed measurements.* A measured speed divides a co-located throughput by the job's
-measured isolated throughput, whose own error is shared by every speed of that job, hence a
-per-job offset :math:`\beta_j`:
+measured isolated throughput, whose own error is shared by every speed of that job; so is any
+cost of sharing a GPU at all (time slicing's context switches), hence a per-job level
+:math:`\beta_j`:
 
 .. math::
     \log y = \log v_j + \beta_j + \nu, \quad
@@ -89,11 +90,16 @@ per-job offset :math:`\beta_j`:
     \mathrm{LogNormal}(\log 0.05, 1).
 
 Predictions are of :math:`v_j e^{\beta_j}`, the speed relative to the job's *recorded*
-isolated throughput, which is what a scheduler multiplies by; for a job alone it is
-:math:`e^{\beta_j}`. The isolated runs are that reference, not observations, so only the prior
-holds :math:`\beta_j` near 0, and the fit can read part of a job's co-located slowdown as
-reference error: on Gavel's splits it predicts some jobs alone at 0.80 (V100) to 0.56 (K80) of
-their recorded throughput (``docs/benchmarks.md``, "A job alone"). The Student-t noise keeps
+isolated throughput, which is what a scheduler multiplies by. The isolated runs are that
+reference, not observations, so no data set separates the record's error from a cost of
+sharing: only co-located speeds carry :math:`\beta_j`. A cost of sharing is never negative,
+so only the part of :math:`\beta_j` above 0 can be the record's error; where no co-runner
+shares the job's GPU (alone, or co-runners only on other GPUs) the level is
+:math:`\max(\beta_j, 0)` (:func:`~interplace.model._net.reference_level`, in fitting and
+prediction alike): a job alone runs at its record unless its co-located speeds say the record
+was low, and a co-runner joining it never speeds it up. (Until format 9 a job alone was
+predicted at :math:`e^{\beta_j}`, on Gavel's splits some at 0.80 (V100) to 0.56 (K80) of
+their record: ``docs/benchmarks.md``, "A job alone".) The Student-t noise keeps
 a few wild measurements (Lucid has speeds up to 1.5) from dragging the fit, and its learned
 scale is what makes the predictive intervals calibrated.
 
@@ -126,17 +132,18 @@ nearest to it by isolated counters), and a job never measured as a co-runner its
 as co-runners (rows first, then columns; :func:`~interplace.model._cells.borrowed_effects`),
 where the completion would give it the population's mean.
 
-*Ceilings.* A speed is relative to the job's recorded isolated throughput, one measurement
-whose error :math:`\beta_j` every speed of the job shares (its prior holds it near 0; the
-isolated run, 1 by construction, is the reference, not an observation). Since a co-runner
-never speeds a job up, a pair measured faster than the job's speed alone says
+*Ceilings.* A speed is relative to the job's recorded isolated throughput, and every speed
+of the job next to a co-runner on its GPU shares the level :math:`\beta_j` (above). Since a
+co-runner never speeds a job up, a pair measured faster than that level says
 :math:`\beta_j` is higher, and no pressure offset reaches it. So the stage raises
 :math:`\beta_j`, in every draw, by
 :math:`\ell_j = \max(0, \max_k (\bar\mu_{jk} + \hat\delta_{jk}) - \bar\beta_j)` over the
 co-runners measured with ``j`` (the default; ``fit(lift_ceilings=False)`` leaves it out;
 :func:`~interplace.model._cells.ceiling_lift`; ``info["ceiling_lift"]``) before the offsets
 are solved: every measured target is then met, the targets themselves are unchanged, and
-the job's speed alone, its ceiling next to anyone, rises by :math:`e^{\ell_j}`. The lift
+the job's level, its ceiling next to anyone on its GPU, rises by :math:`e^{\ell_j}` (and its
+speed alone with it, where the level passes 0: a pair measured faster than the record says
+the record was low). The lift
 adds no information about a pair, but the structure's draws of the larger slowdown a lifted
 job then needs spread wider; each unmeasured pair's effect spread narrows by as much, to
 :math:`\tau_{jk}^2 = \max(\tau^2 - (v^\uparrow_{jk} - v_{jk}), \tau^2 / 100)` with

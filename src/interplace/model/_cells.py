@@ -59,26 +59,30 @@ search, the mean being decreasing in :math:`c`). So a measured pair's prediction
 measurement, the speed stays monotone in the co-runners and in what they share (an added
 co-runner, or a resource more shared, only adds load), several co-runners compose through
 the load as the structure's do, and a pair behind one switch is scaled as its measured
-pressure says. A target faster than the job alone is unreachable by any load: the offset
-then all but switches the co-runner's pressure off, and the job runs at its alone speed.
+pressure says. A target faster than the job's level :math:`\beta_j` is unreachable by any
+load: the offset then all but switches the co-runner's pressure off, and the job runs at that
+level.
 
-*Ceilings.* A job's speeds are relative to its recorded isolated throughput, one measurement
-whose error :math:`\beta_j` (the isolated-reference bias) every speed of the job shares. If a
-co-runner never speeds a job up, the job's speed alone is at least each of its co-located
-speeds, so a measured pair faster than the structure's speed alone says :math:`\beta_j` is
-higher than the structure put it (its prior holds it near 0; the isolated run, a speed of
-exactly 1 by construction, is the reference, not an observation). So the stage lifts (by
+*Ceilings.* A job's speeds are relative to its recorded isolated throughput, and every speed
+of the job next to a co-runner on its GPU shares the level :math:`\beta_j` (the
+isolated-reference bias: the record's error and any cost of sharing,
+:func:`~interplace.model._net.reference_level`). If a co-runner never speeds a job up, that
+level is at least each of its co-located speeds, so a measured pair faster than the
+structure's level says :math:`\beta_j` is higher than the structure put it (its prior holds it
+near 0; the isolated run, a speed of exactly 1 by construction, is the reference, not an
+observation). So the stage lifts (by
 default; not with ``fit(lift_ceilings=False)``) each job's isolated-reference bias, in every
 draw, by
 
 .. math:: \ell_j = \max\bigl(0, \max_{k \in M_j} (\bar\mu_{jk} + \hat\delta_{jk})
           - \bar\beta_j\bigr),
 
-the most its targets over its measured co-runners :math:`M_j` exceed its mean log speed
-alone :math:`\bar\beta_j` (:func:`ceiling_lift`), before the offsets are solved: every
+the most its targets over its measured co-runners :math:`M_j` exceed its mean level
+:math:`\bar\beta_j` (:func:`ceiling_lift`), before the offsets are solved: every
 measured pair's target is then met, and an unmeasured pair's (the structure plus its
-completed effect) up to the job's fastest measured one. Targets are unchanged; the job's speed
-alone, and so its ceiling next to anyone, rises by :math:`e^{\ell_j}`. A job never measured
+completed effect) up to the job's fastest measured one. Targets are unchanged; the job's level,
+and so its ceiling next to anyone on its GPU, rises by :math:`e^{\ell_j}` (its speed alone
+only where the level passes 0). A job never measured
 as a victim is not lifted. The fit shifts the posterior's :math:`\beta_j` by :math:`\ell_j`
 (``info["ceiling_lift"]``), so the stored completion and offsets are relative to the lifted
 structure. Measured on Lucid, whose normalised speeds exceed 1 in a fifth of its co-located
@@ -92,7 +96,7 @@ pair's unknown effect (one per such co-runner that shares anything with the job)
 of the exponential of a Student-t draw does not exist, so that spread widens the interval of
 a measurement, not the posterior of the mean speed.) Without the lift :math:`\tau_{jk} =
 \tau`. The lift adds no information about a pair: its target is the one the unlifted fit
-aimed at. But a lifted job must slow down further from its raised speed alone to meet the
+aimed at. But a lifted job must slow down further from its raised level to meet the
 same target, and the structure's draws of that larger slowdown spread wider (on Lucid's
 random splits the variance over the draws of a held-out pair's log speed rises by a median
 of :math:`0.016^2` to :math:`0.020^2`, 40-55% of :math:`\tau^2`), so a lifted fit whose
@@ -571,7 +575,7 @@ def _solve_offsets(
     cells: torch.Tensor | None = None,
 ) -> torch.Tensor:
     r"""Offsets ``(J, J)`` at which :func:`pair_log_speed` meets ``target`` (the bound where it
-    cannot: above the speed alone, ``-OFFSET_BOUND``; below the fully loaded speed,
+    cannot: above the job's level, ``-OFFSET_BOUND``; below the fully loaded speed,
     ``+OFFSET_BOUND``); ``cells``: the flat indices ``j * J + k`` of the pairs to solve
     (``(A,)``; None: every pair), the others left at 0.
 
@@ -796,13 +800,15 @@ def measured_pairs(
 def ceiling_lift(
     draws: Mapping[str, torch.Tensor], target: torch.Tensor, job: _IntArray, co: _IntArray
 ) -> _FloatArray:
-    r"""How far each job's speed alone must rise so that every measured pair of it is
-    reachable (module docstring, *Ceilings*), ``(J,)``, zero for a job whose measured targets
-    all lie at or below its speed alone (and for one without a measured pair):
+    r"""How far each job's level next to a co-runner on its GPU must rise so that every
+    measured pair of it is reachable (module docstring, *Ceilings*), ``(J,)``, zero for a job
+    whose measured targets all lie at or below that level (and for one without a measured
+    pair):
     :math:`\ell_j = \max(0, \max_{k \in M_j} t_{jk} - \bar\beta_j)` with :math:`t` the
     targets ``(J, J)`` (log scale), :math:`M_j` the co-runners measured with ``j`` (``job``,
     ``co``: ``(C,)``) and :math:`\bar\beta_j` the mean over ``draws`` of its
-    isolated-reference bias, the structure's mean log speed of ``j`` alone.
+    isolated-reference bias, the structure's mean log level of ``j`` next to a co-runner
+    whose pressure is off (:func:`~interplace.model._net.reference_level`).
 
     >>> import torch, numpy as np
     >>> draws = {"iso_bias": torch.tensor([[0.0, 0.1], [0.2, 0.1]])}

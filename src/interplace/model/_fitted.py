@@ -30,6 +30,7 @@ from interplace.model._net import (
     counter_mean,
     log_speed,
     pressure,
+    reference_level,
     sensitivity,
     site_names,
 )
@@ -41,8 +42,8 @@ __all__ = [
     "SpeedPosterior",
 ]
 
-FORMAT_VERSION = 8
-"""Version of the saved model directory layout (``model.json`` + ``posterior.safetensors``).
+FORMAT_VERSION = 9
+r"""Version of the saved model directory layout (``model.json`` + ``posterior.safetensors``).
 
 Version 2 added the intensity sites (``log_intensity``, ``intensity_sd``); version 1 models
 are refused (refit them). Version 3 added job families (the ``families`` list, the family
@@ -57,9 +58,15 @@ load as one component. Version 7 allows components of scale zero, point masses: 
 draws of an exact-inference fit (:class:`~interplace.model.Nuts`); version 6 models load
 unchanged. Version 8 added each unmeasured pair's interval spread after the ceiling lift
 (the ``measured.spread`` tensor, :class:`~interplace.model._cells.MeasuredPairs`), absent
-where no ceiling was lifted; older models load without it, their intervals as saved."""
+where no ceiling was lifted; older models load without it, their intervals as saved.
+Version 9 changed what the isolated-reference bias means, not how it is stored: it applies in
+full only where a co-runner shares the job's GPU, and alone (or next to co-runners on other
+GPUs) only its part above 0 (:func:`~interplace.model._net.reference_level`). Older models
+load and answer that way too (a job alone at its record where its co-located level is below
+it, where they answered :math:`e^{\beta_j}`); an older interplace refuses version 9, whose
+jobs alone it would predict low."""
 
-_READS = (2, 3, 4, 5, 6, 7, 8)
+_READS = (2, 3, 4, 5, 6, 7, 8, 9)
 
 _MEASURED = "measured"
 _MEASURED_KEYS = ("job", "co", "log_speed", "n", "expected", "offset")
@@ -409,9 +416,9 @@ class InterferenceModel:
                 press, sens, d["threshold"], job, co, share,
                 d.get("pair_u"), d.get("pair_w"), offset,
             )
-            # Speeds are relative to the job's recorded isolated throughput, whose error
-            # (beta_j) every speed of the job shares, alone or not.
-            chunks.append(ls + d["iso_bias"].index_select(-1, job))
+            # Speeds are relative to the job's recorded isolated throughput: beta_j where a
+            # co-runner shares the GPU, only its part above 0 elsewhere (reference_level).
+            chunks.append(ls + reference_level(d["iso_bias"], job, share))
             if spread is not None:
                 extra.append(cell_sum(spread, job, co, share))
         if not chunks:

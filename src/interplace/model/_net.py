@@ -29,6 +29,7 @@ __all__ = [
     "gather_pairs",
     "log_speed",
     "pressure",
+    "reference_level",
     "sensitivity",
     "site_names",
 ]
@@ -250,6 +251,33 @@ def log_speed(
     return -torch.log1p(s_j * excess.clamp_min(0.0)).sum(-1)
 
 
+def reference_level(iso_bias: torch.Tensor, job: torch.Tensor, share: torch.Tensor) -> torch.Tensor:
+    r"""Each query's log level relative to its job's recorded isolated throughput,
+    ``(..., N)``: :math:`\beta_j` where a co-runner shares the job's GPU, and
+    :math:`\max(\beta_j, 0)` where none does (alone, or co-runners only on other GPUs).
+
+    ``iso_bias``: ``(..., J)``; ``job``: ``(N,)``; ``share``: ``(N, K, R)`` 0/1, a co-runner
+    on the job's own GPU sharing every resource (:data:`~interplace.model.DOMAIN_RESOURCES`;
+    with a model whose resources are all shared across GPUs, every co-runner counts as one).
+    :math:`\beta_j` is what every co-located speed of the job shares: the record's own
+    error and any cost of sharing a GPU at all, which no data set separates, since none
+    measures a job alone beyond its record. A cost of sharing is never negative, so what of
+    :math:`\beta_j` lies above 0 can only be the record's error and carries to the job
+    alone; what lies below is read as the cost of sharing (a record's error is a
+    measurement's, about 2%, where sharing costs are larger). So a job never speeds up when a
+    co-runner joins it, and is predicted alone at its record unless its co-located speeds say
+    the record was low.
+
+    >>> b = torch.tensor([-0.1, 0.05])
+    >>> share = torch.tensor([[[1.0, 1.0]], [[0.0, 0.0]], [[0.0, 1.0]], [[0.0, 0.0]]])
+    >>> reference_level(b, torch.tensor([0, 0, 0, 1]), share).tolist()
+    [-0.10000000149011612, 0.0, 0.0, 0.05000000074505806]
+    """
+    level = iso_bias.index_select(-1, job)
+    on_gpu = share.amin(-1).amax(-1) > 0  # (N,): some co-runner shares every resource
+    return torch.where(on_gpu, level, level.clamp_min(0.0))
+
+
 def gather_pairs(cell: torch.Tensor, job: torch.Tensor, co: torch.Tensor) -> torch.Tensor:
     """``cell[..., job_n, co_nk]``, shape ``(..., N, K)``, zero where ``co`` is the padding
     ``J``. ``cell``: ``(..., J, J)``; ``job``: ``(N,)``; ``co``: ``(N, K)``."""
@@ -456,7 +484,7 @@ class InterferenceNet(PyroModule):
                 loc = log_speed(
                     pressure(log_demand, log_intensity), sens, threshold, job, co, share,
                     pair_u, pair_w,
-                ) + iso_bias.index_select(-1, job)
+                ) + reference_level(iso_bias, job, share)
                 with plate("observations", job.shape[0], dim=-1):
                     pyro.sample(
                         "log_speed", dist.StudentT(c(h.speed_df), loc, speed_noise), obs=log_y

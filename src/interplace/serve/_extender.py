@@ -10,9 +10,14 @@ JSON tags, so the keys are the Go field names: ``ExtenderArgs{Pod, Nodes, NodeNa
 sends ``NodeNames`` (``Nodes`` null) and reads ``NodeNames`` back; without it, the full
 ``Nodes`` list both ways. Returned nodes are always a subset of those sent.
 
-Scores: the predicted objective gain of the best placement of the pod on the node (its own
-predicted speed minus the slowdown it brings to the node's pods, in job-speed units, at most
-1 per pod), mapped to :math:`\mathrm{round}(10 \cdot \mathrm{clip}(g, 0, 1))`. kube-scheduler
+Scores: the predicted objective gain :math:`g` of the best placement of the pod on the node
+(its own predicted speed minus the slowdown it brings to the node's pods, in job-speed units,
+per GPU for a multi-GPU pod), relative to the best node's in the same call, as kube-scheduler
+normalises its own plugins' scores (:func:`node_score`): 10 for the best node and any within
+half a percent of it, :math:`\lfloor 10\, g / g^* \rfloor` below, 0 where :math:`g \le 0`.
+So a node where the pod would cost anything measurable scores below one where it costs
+nothing, however small the cost (a pod's own speed can exceed 1, where its co-located speeds
+say its recorded isolated throughput was low, so gains are not bounded by 1). kube-scheduler
 multiplies an extender's score by its ``weight`` and by 10 (``MaxNodeScore /
 MaxExtenderPriority``) before adding it to its own plugins' scores. A pod without
 :data:`~interplace.serve._pods.KEY_JOB_TYPE`, or of a type the model does not know, gets the
@@ -27,6 +32,7 @@ under it, so concurrent binds never double-book a GPU.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -58,6 +64,21 @@ NEUTRAL_SCORE = 5
 
 MAX_PRIORITY = 10
 """``extenderv1.MaxExtenderPriority``."""
+
+TIE = 0.005
+"""Gains within this share of the best node's score as the best (:func:`node_score`)."""
+
+
+def node_score(gain: float, best: float) -> int:
+    """A node's score in ``0..MAX_PRIORITY`` from its predicted gain and the best node's.
+
+    >>> [node_score(g, 1.04) for g in (1.04, 1.036, 1.0, 0.5, -0.1)]
+    [10, 10, 9, 4, 0]
+    """
+    if not (best > 0 and gain > 0):
+        return 0
+    ratio = min(gain / best, 1.0)
+    return MAX_PRIORITY if ratio >= 1.0 - TIE - 1e-12 else math.floor(MAX_PRIORITY * ratio)
 
 
 @dataclass(frozen=True)
@@ -301,27 +322,28 @@ class Extender:
                             "scores", pod.key, pod.job_type, "interplace.io/counters")
             return [{"Host": n, "Score": NEUTRAL_SCORE} for n in names]
         start = time.monotonic()
-        out = []
+        gains: dict[str, float | None] = {}  # absent: neutral; None: cannot place there
         with self.book.lock:
             for node in names:
                 if time.monotonic() - start > self.deadline_s:
                     log.warning("prioritize %s: deadline %.1f s reached; %s scored neutrally",
                                 pod.key, self.deadline_s, node)
-                    out.append({"Host": node, "Score": NEUTRAL_SCORE})
                     continue
                 try:
                     best = self._best(pod, job, node)
                 except Exception as exc:  # the model cannot score: never block the scheduler
                     log.warning("prioritize %s on %s: cannot score (%s); neutral", pod.key,
                                 node, exc)
-                    out.append({"Host": node, "Score": NEUTRAL_SCORE})
                     continue
-                if best is None:
-                    score = 0
-                else:
-                    gain = best[0] / max(job.gpus, 1) if job.gpus > 1 else best[0]
-                    score = round(MAX_PRIORITY * min(max(gain, 0.0), 1.0))
-                out.append({"Host": node, "Score": int(min(max(score, 0), MAX_PRIORITY))})
+                gains[node] = None if best is None else best[0] / max(job.gpus, 1)
+        top = max((g for g in gains.values() if g is not None), default=0.0)
+        out = []
+        for node in names:
+            if node not in gains:
+                out.append({"Host": node, "Score": NEUTRAL_SCORE})
+                continue
+            g = gains[node]
+            out.append({"Host": node, "Score": 0 if g is None else node_score(g, top)})
         return out
 
     def bind(self, args: Mapping[str, Any]) -> dict[str, Any]:
