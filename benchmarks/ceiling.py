@@ -5,12 +5,14 @@ Run: ``python benchmarks/ceiling.py [--lucid PATH] [--splits random cold] [--see
 
 The model's speed of a job never rises with a co-runner (the contention term only adds load,
 and the pair term and the second stage only scale a co-runner's pressure), so its prediction
-of job ``j`` next to anyone is at most its prediction of ``j`` alone: the *ceiling*
-:math:`c_j = \\mathbb E[v_j \\mid \\text{no co-runner}]` (the posterior mean of the isolated
-throughput bias, :math:`e^{b_j}`). A measured co-located speed above :math:`c_j` is one the
-model cannot reach by construction: it is at least :math:`y - c_j` off there, whatever it
-learns. Lucid's normalised speeds exceed 1 in about a fifth of its co-located rows (its
-``SOURCE.md`` calls them measurement noise); the peers (matrix completion, boosted trees, the
+of job ``j`` next to anyone on its GPU is at most its level there: the *ceiling*
+:math:`c_j = \\mathbb E[e^{b_j}]`, the posterior mean of the exponential of its
+isolated-reference bias (its speed alone until model format 9; since then a job alone is
+predicted at :math:`e^{\\max(b_j, 0)}`, its record unless that level is above it). A
+measured co-located speed above :math:`c_j` is one the model cannot reach by construction:
+it is at least :math:`y - c_j` off there, whatever it learns. Lucid's normalised speeds
+exceed 1 in about a fifth of its co-located rows (its ``SOURCE.md`` calls them measurement
+noise); the peers (matrix completion, boosted trees, the
 EBM) have no such ceiling and follow the part of it that job and co-runner explain.
 
 For each split of ``evaluate`` (``random``: 30% of co-located runs held out; ``cold``: every
@@ -30,7 +32,7 @@ rows alone, which any fit of this model keeps (a peer, unbounded, need not).
 Two monotone versions of matrix completion say what the ceiling costs: soft-impute capped at
 the model's ceilings, and capped at each job's fastest measured co-located speed in training
 (the highest ceiling a monotone model of the training data can justify). The default fit
-lifts each job's speed alone to its fastest measured pair's target (since the fifteenth
+lifts each job's level to its fastest measured pair's target (since the fifteenth
 session); ``--no-lift-ceilings`` fits with ``fit(lift_ceilings=False)``, the model this
 account was first run on; ``--no-ebm`` leaves the EBM out.
 """
@@ -50,7 +52,7 @@ from _results import report
 
 from interplace._parallel import spawn_map
 from interplace.errors import InputError
-from interplace.model import Query, fit
+from interplace.model import fit
 from interplace.model._evaluate import colocated_rows, row_queries
 from interplace.model._peers import fit_ebm, fit_soft_impute
 
@@ -74,9 +76,11 @@ def _split(path: str, kind: str, seed: int, lift: bool = True, ebm: bool = True
     y = test["speed"].to_numpy(float)
     pred = {"model": model.posterior_speed(row_queries(test), num_samples=500,
                                            seed=seed).mean}
-    alone = model.posterior_speed([Query(j, ()) for j in model.jobs], num_samples=500,
-                                  seed=seed).mean
-    alone_of = dict(zip(model.jobs, alone.tolist(), strict=True))
+    # The ceiling next to any co-runner on the job's GPU: e^beta_j, averaged over the draws
+    # posterior_speed uses (the job's speed alone until model format 9, which predicts a job
+    # alone at e^max(beta_j, 0)).
+    level = model.draws(500, seed)["iso_bias"].to(torch.float64).exp().mean(0)
+    alone_of = dict(zip(model.jobs, level.tolist(), strict=True))
     ceiling = test["job"].astype(str).map(alone_of).to_numpy(float)
     peers = [("soft_impute", fit_soft_impute)] + ([("ebm", fit_ebm)] if ebm else [])
     for name, make in peers:

@@ -76,7 +76,7 @@ from _results import save_json
 from interplace.datasets import CoLocationData, synthetic
 from interplace.model import InterferenceModel, Nuts, fit
 from interplace.model._data import Observations, observations_from_runs
-from interplace.model._net import SUPPORT, log_speed, pressure, sensitivity
+from interplace.model._net import SUPPORT, log_speed, pressure, reference_level, sensitivity
 
 _Array = np.ndarray[Any, Any]
 
@@ -97,7 +97,7 @@ def _mean_log_speed(p: dict[str, torch.Tensor], obs: Observations, u: torch.Tens
         sensitivity(p["log_demand"], p["sens_eps"], p["sens_loc"], p["sens_slope"],
                     p["sens_scale"]),
         p["threshold"], job, torch.as_tensor(obs.co), torch.as_tensor(obs.share), u, w,
-    ) + p["iso_bias"][job]
+    ) + reference_level(p["iso_bias"], job, torch.as_tensor(obs.share))
 
 
 def _model_truth(data: CoLocationData, seed: int, noise: float) -> tuple[CoLocationData, _Array]:
