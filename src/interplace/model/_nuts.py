@@ -156,9 +156,11 @@ def run_chain(
         pyro.validation_enabled(False),
         warnings.catch_warnings(),
     ):
-        warnings.filterwarnings(
-            "ignore", message=r"`torch\.jit\.trace` is deprecated", category=DeprecationWarning
-        )
+        # torch 2.13 deprecates it with a DeprecationWarning, 2.14 with a FutureWarning.
+        for category in (DeprecationWarning, FutureWarning):
+            warnings.filterwarnings(
+                "ignore", message=r"`torch\.jit\.trace` is deprecated", category=category
+            )
         torch.manual_seed(seed)
         net = InterferenceNet(*net_args)
         kernel = NUTS(  # type: ignore[no-untyped-call]
