@@ -23,6 +23,7 @@ from interplace.serve import (  # noqa: E402
     Extender,
     KubeSync,
     build_app,
+    parse_pod,
 )
 from interplace.serve._extender import TIE, node_score  # noqa: E402
 from interplace.topology import builtin  # noqa: E402
@@ -127,8 +128,6 @@ def make(model: InterferenceModel, nodes: list[str], **kw: Any) -> tuple[Extende
 
 @pytest.mark.parametrize("cache", [True, False])
 def test_filter_prioritize_bind_round(served: tuple[Any, list[str]], cache: bool) -> None:
-    from interplace.serve import parse_pod
-
     model, jobs = served
     nodes = ["n1", "n2", "n3"]
     ext, http = make(model, nodes)
