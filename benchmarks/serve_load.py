@@ -1,24 +1,25 @@
 """Loopback load test of ``interplace serve``: filter + prioritize latency under concurrency.
 
 Run: ``python benchmarks/serve_load.py [--nodes 64] [--clients 1 8 32] [--requests 200]
-[--out results.json]``
+[--model DIR] [--out results.json]``
 
 Starts ``interplace serve --standalone`` in its own process (127.0.0.1, a free port) for a
-``--nodes``-node
-cluster of DGX A100 (8 GPUs each: 512 GPUs for 64 nodes) with the model fitted on Gavel's V100
-measurements, binds four one-GPU pods per node first (seeded types) so that scoring sees real
-co-runners, then, for each client count, sends ``--requests`` scheduling
+``--nodes``-node cluster of DGX A100 (8 GPUs each: 512 GPUs for 64 nodes) with the model fitted
+on Gavel's V100 measurements, binds four one-GPU pods per node first (seeded types) so that
+scoring sees real co-runners, then, for each client count, sends ``--requests`` scheduling
 cycles (filter then prioritize over every node, ``nodeCacheCapable`` payloads, each pod a
-seeded Gavel job type with 1 GPU) from that many concurrent threads, and reports p50/p99 of
-the filter + prioritize pair. Then it binds 256 pods from 32 threads at once and checks that
-no GPU holds more than ``max-per-gpu`` pods and none was lost. Bounded: loopback only, a fixed
-number of requests, a 10-minute cap.
+seeded Gavel job type with 1 GPU) from that many concurrent threads, each on one kept-alive
+connection (as kube-scheduler's HTTP client), and reports p50/p99 of the filter + prioritize
+pair and the CPU time per cycle of the service and of the clients (``/proc``). Then it binds
+256 pods from 32 threads at once and checks that no GPU holds more than ``max-per-gpu`` pods
+and none was lost. Bounded: loopback only, a fixed number of requests, a 10-minute cap.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import statistics
 import subprocess
@@ -35,7 +36,7 @@ import numpy as np
 from _results import save_json
 
 from interplace.datasets import load_gavel
-from interplace.model import fit
+from interplace.model import InterferenceModel, fit
 from interplace.serve import KEY_JOB_TYPE
 
 
@@ -43,6 +44,13 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process has used, from ``/proc/<pid>/stat``."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _pod(name: str, job: str) -> dict[str, Any]:
@@ -58,17 +66,23 @@ def main() -> None:
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--out")
+    ap.add_argument("--model", help="a saved model directory (default: fit Gavel V100, seed 0)")
     args = ap.parse_args()
     deadline = time.monotonic() + 600
-    model = fit(load_gavel("v100").data, seed=0)
+    tmp = Path(tempfile.mkdtemp(prefix="interplace-serve-"))
+    if args.model:
+        model_dir = Path(args.model)
+        model = InterferenceModel.load(model_dir)
+    else:
+        model = fit(load_gavel("v100").data, seed=0)
+        model_dir = tmp / "model"
+        model.save(model_dir)
     types = list(model.jobs)
     nodes = [f"node-{k}" for k in range(args.nodes)]
-    tmp = Path(tempfile.mkdtemp(prefix="interplace-serve-"))
-    model.save(tmp / "model")
     port = _free_port()
     # The service in its own process, as deployed: the clients here do not share its GIL.
     server = subprocess.Popen(
-        [sys.executable, "-m", "interplace.cli", "serve", "--model", str(tmp / "model"),
+        [sys.executable, "-m", "interplace.cli", "serve", "--model", str(model_dir),
          "--topology", "dgx-a100", "--standalone", "--port", str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
@@ -100,30 +114,46 @@ def main() -> None:
             latencies: list[float] = []
             lock = threading.Lock()
 
+            local = threading.local()
+            opened: list[httpx.Client] = []
+
             def cycle(k: int, latencies: list[float] = latencies,
-                      lock: threading.Lock = lock) -> None:
+                      lock: threading.Lock = lock, local: threading.local = local,
+                      opened: list[httpx.Client] = opened) -> None:
+                c = getattr(local, "client", None)
+                if c is None:  # one kept-alive connection per client, as kube-scheduler's
+                    c = local.client = httpx.Client(base_url=base, timeout=30)
+                    with lock:
+                        opened.append(c)
                 pod = _pod(f"p{k}", types[k % len(types)])
                 body = {"Pod": pod, "Nodes": None, "NodeNames": nodes}
-                with httpx.Client(base_url=base, timeout=30) as c:
-                    t0 = time.perf_counter()
-                    r1 = c.post("/filter", json=body)
-                    kept = r1.json()["NodeNames"]
-                    r2 = c.post("/prioritize", json={**body, "NodeNames": kept})
-                    dt = time.perf_counter() - t0
+                t0 = time.perf_counter()
+                r1 = c.post("/filter", json=body)
+                kept = r1.json()["NodeNames"]
+                r2 = c.post("/prioritize", json={**body, "NodeNames": kept})
+                dt = time.perf_counter() - t0
                 assert r1.status_code == r2.status_code == 200
                 with lock:
                     latencies.append(dt * 1000)
 
+            server_cpu, client_cpu = _cpu_s(server.pid), _cpu_s(os.getpid())
             with ThreadPoolExecutor(clients) as pool:
                 list(pool.map(cycle, range(args.requests)))
+            server_cpu = _cpu_s(server.pid) - server_cpu
+            client_cpu = _cpu_s(os.getpid()) - client_cpu
+            for c in opened:
+                c.close()
             if time.monotonic() > deadline:
                 break
             lat = sorted(latencies)
-            out["latency_ms"][str(clients)] = {
-                "p50": statistics.median(lat), "p99": float(np.quantile(lat, 0.99)),
-                "requests": len(lat)}
-            print(f"{clients} clients: p50 {out['latency_ms'][str(clients)]['p50']:.1f} ms, "
-                  f"p99 {out['latency_ms'][str(clients)]['p99']:.1f} ms", file=sys.stderr)
+            row = {"p50": statistics.median(lat), "p99": float(np.quantile(lat, 0.99)),
+                   "requests": len(lat),
+                   "server_cpu_ms_per_cycle": 1000 * server_cpu / len(lat),
+                   "client_cpu_ms_per_cycle": 1000 * client_cpu / len(lat)}
+            out["latency_ms"][str(clients)] = row
+            print(f"{clients} clients: p50 {row['p50']:.1f} ms, p99 {row['p99']:.1f} ms; CPU "
+                  f"per cycle: service {row['server_cpu_ms_per_cycle']:.2f} ms, clients "
+                  f"{row['client_cpu_ms_per_cycle']:.2f} ms", file=sys.stderr)
         with httpx.Client(base_url=base, timeout=30) as c:
             before = sum(len(v) for v in c.get("/state").json()["nodes"].values())
 
