@@ -165,6 +165,26 @@ def test_predictions_with_measured_pairs_are_reproducible(
     torch.testing.assert_close(a.measured, b.measured, rtol=0, atol=0)
 
 
+def test_kept_draws_answer_as_fresh_ones(small_model: InterferenceModel) -> None:
+    # posterior_speed keeps the draws of its last few (num_samples, seed): a call after
+    # others with other seeds and sizes must answer exactly as a model that never kept any
+    # (a fresh copy from the same posterior), and the kept ones stay bounded.
+    q = [Query(a, (b,)) for a in small_model.jobs for b in small_model.jobs]
+    q += [Query(small_model.jobs[0], ())]
+    first = small_model.posterior_speed(q, num_samples=40, seed=11)
+    small_model.posterior_speed(q[:3], num_samples=30, seed=11)
+    assert small_model.posterior_speed(q[:3], num_samples=40, seed=11).speed.shape == (40, 3)
+    for seed in range(6):
+        small_model.posterior_speed(q[:3], num_samples=30 + seed, seed=seed)
+    again = small_model.posterior_speed(q[::-1], num_samples=40, seed=11)
+    fresh = dataclasses.replace(small_model).posterior_speed(q, num_samples=40, seed=11)
+    for p in (again, fresh):
+        got = p.speed.flip(1) if p is again else p.speed
+        torch.testing.assert_close(got, first.speed, rtol=0, atol=0)
+    torch.testing.assert_close(fresh.measured, first.measured, rtol=0, atol=0)
+    assert len(small_model._prepared_cache) <= 4
+
+
 def test_the_training_pairs_are_reproduced_where_the_structure_cannot_explain_them() -> None:
     # Data with a rank-2 pair effect fitted by the mechanism alone (rank 0): the structure
     # misses the pair effect, the second stage keeps it. With it the posterior mean of a

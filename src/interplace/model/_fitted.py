@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -156,6 +156,20 @@ class SpeedPosterior:
         return self.quantile(0.95)
 
 
+class _Prepared(NamedTuple):
+    """What the queries of one ``(num_samples, seed)`` share (``InterferenceModel._prepare``):
+    the draws ``{site: (S, *shape)}``, pressure and sensitivity ``(S, J, R)``, the noise
+    ``(S, 1)``, the measured pairs' offsets ``(J, J)`` and the unmeasured pairs' spread
+    ``(S, J, J)`` (both None without a second stage)."""
+
+    draws: dict[str, torch.Tensor]
+    pressure: torch.Tensor
+    sensitivity: torch.Tensor
+    noise: torch.Tensor
+    offset: torch.Tensor | None
+    spread: torch.Tensor | None
+
+
 @dataclass(frozen=True, eq=False)
 class InterferenceModel:
     r"""A fitted model: its jobs, resources and counter metrics, and the variational posterior.
@@ -184,7 +198,7 @@ class InterferenceModel:
     families: tuple[str | None, ...] | None = None
     measured: MeasuredPairs | None = None
     components: int = 1
-    _spread_cache: dict[tuple[int, int], torch.Tensor] = field(
+    _prepared_cache: dict[tuple[int, int], _Prepared] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
 
@@ -385,26 +399,7 @@ class InterferenceModel:
         (torch.Size([500, 2]), 1.0)
         """
         qs = list(queries)
-        d = self.draws(num_samples, seed)
-        press = pressure(d["log_demand"], d["log_intensity"])
-        sens = sensitivity(
-            d["log_demand"], d["sens_eps"], d["sens_loc"], d["sens_slope"], d["sens_scale"]
-        )
-        gen = torch.Generator().manual_seed(int(seed) + 1)
-        df = torch.tensor(self.hyper.speed_df, dtype=torch.float64)
-        # Student-t measurement noise on the log scale, one draw per posterior draw shared by
-        # every query: each query's predictive is exact, and equal queries get equal answers.
-        z = torch.randn((num_samples, 1), generator=gen, dtype=torch.float64)
-        g = seeded_gamma(df / 2, torch.Size((num_samples, 1)), gen) / (df / 2)
-        offset, spread = None, None
-        if self.measured is None:
-            noise = d["speed_noise"].unsqueeze(-1) * z / torch.sqrt(g)
-        else:
-            # The second stage (interplace.model._cells): measured pairs' pressure offsets,
-            # the measurement's own noise, and an unmeasured pair's unknown effect.
-            noise = self.measured.noise * z / torch.sqrt(g)
-            offset = self.measured.padded("offset", len(self.jobs))
-            spread = self._spread(num_samples, int(seed))
+        d, press, sens, noise, offset, spread = self._prepare(num_samples, seed)
         chunks, extra = [], []
         for lo in range(0, max(len(qs), 1), batch_size):
             part = qs[lo : lo + batch_size]
@@ -428,22 +423,44 @@ class InterferenceModel:
         new = noise if not extra else noise + torch.cat(extra, dim=1)
         return SpeedPosterior(log_v.exp(), (log_v + new).exp())
 
-    def _spread(self, num_samples: int, seed: int) -> torch.Tensor:
-        """The unmeasured pairs' spread draws (:func:`~._cells.spread_draws`) for one call's
-        ``num_samples`` and ``seed``; the last few are kept, since a scheduler asks again and
-        again with the same ones (their ``S x J x J`` draws cost more than a small call)."""
-        assert self.measured is not None
-        key = (num_samples, seed)
-        cached = self._spread_cache.get(key)
-        if cached is None:
-            gen = torch.Generator().manual_seed(seed + 2)
-            cached = spread_draws(
-                self.measured, num_samples, len(self.jobs), self.hyper.speed_df, gen
+    def _prepare(self, num_samples: int, seed: int) -> _Prepared:
+        """What every query of one ``(num_samples, seed)`` shares: the posterior draws, each
+        job's pressure and sensitivity per draw, the noise draws and the second stage's
+        offsets and unmeasured pairs' spread (:func:`~._cells.spread_draws`). The last few
+        are kept: a scheduler asks again and again with the same ones, and drawing them
+        (a Gaussian per site, an ``S x J x J`` spread) costs more than a small call."""
+        key = (int(num_samples), int(seed))
+        cached = self._prepared_cache.get(key)
+        if cached is not None:
+            return cached
+        d = self.draws(num_samples, seed)
+        press = pressure(d["log_demand"], d["log_intensity"])
+        sens = sensitivity(
+            d["log_demand"], d["sens_eps"], d["sens_loc"], d["sens_slope"], d["sens_scale"]
+        )
+        gen = torch.Generator().manual_seed(int(seed) + 1)
+        df = torch.tensor(self.hyper.speed_df, dtype=torch.float64)
+        # Student-t measurement noise on the log scale, one draw per posterior draw shared by
+        # every query: each query's predictive is exact, and equal queries get equal answers.
+        z = torch.randn((num_samples, 1), generator=gen, dtype=torch.float64)
+        g = seeded_gamma(df / 2, torch.Size((num_samples, 1)), gen) / (df / 2)
+        offset, spread = None, None
+        if self.measured is None:
+            noise = d["speed_noise"].unsqueeze(-1) * z / torch.sqrt(g)
+        else:
+            # The second stage (interplace.model._cells): measured pairs' pressure offsets,
+            # the measurement's own noise, and an unmeasured pair's unknown effect.
+            noise = self.measured.noise * z / torch.sqrt(g)
+            offset = self.measured.padded("offset", len(self.jobs))
+            spread = spread_draws(
+                self.measured, num_samples, len(self.jobs), self.hyper.speed_df,
+                torch.Generator().manual_seed(int(seed) + 2),
             )
-            if len(self._spread_cache) >= 4:
-                self._spread_cache.pop(next(iter(self._spread_cache)))
-            self._spread_cache[key] = cached
-        return cached
+        prepared = _Prepared(d, press, sens, noise, offset, spread)
+        if len(self._prepared_cache) >= 4:
+            self._prepared_cache.pop(next(iter(self._prepared_cache)))
+        self._prepared_cache[key] = prepared
+        return prepared
 
     def predict(
         self,
