@@ -16,6 +16,7 @@ from kubernetes import client  # noqa: E402
 from starlette.testclient import TestClient  # noqa: E402
 
 from interplace.model import InterferenceModel  # noqa: E402
+from interplace.placement import place  # noqa: E402
 from interplace.serve import (  # noqa: E402
     ANNOTATION_GPUS,
     KEY_JOB_TYPE,
@@ -139,6 +140,14 @@ def test_filter_prioritize_bind_round(served: tuple[Any, list[str]], cache: bool
         job = ext._job(parsed)
         assert job is not None
         gains = {n: ext._best(parsed, job, n) for n in kept}
+        for n in kept:  # the kept gains and node objectives answer as placements from scratch
+            topo, state, reserved, _ = ext._build_view(n)
+            fresh = [place(topo, model, new, state, policy=ext.policy, reserved=reserved,
+                           max_per_gpu=ext.max_per_gpu, seed=ext.seed,
+                           num_samples=ext._cache.num_samples) for new in ([], [job])]
+            g = gains[n]
+            assert g is not None
+            assert g[0] == pytest.approx(fresh[1].objective - fresh[0].objective, abs=1e-9)
         placed = sched.schedule(the_pod, nodes)
         assert placed in nodes
         # The scheduler, adding up integer scores, lands each pod where the model predicts

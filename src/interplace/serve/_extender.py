@@ -173,6 +173,7 @@ class Extender:
         self.known = set(model.jobs)
         self._cache = SpeedCache(model, num_samples=num_samples, seed=seed)
         self._scores: dict[tuple[object, ...], tuple[float, tuple[str, ...]] | None] = {}
+        self._base: dict[tuple[object, ...], float] = {}
         self._pending: dict[str, PodRequest] = {}
         self._views: dict[str, tuple[int, _View | None]] = {}
         self.seed = seed
@@ -263,16 +264,21 @@ class Extender:
                state_key)
         if key in self._scores:
             return self._scores[key]
-        base = place(topo, self.model, [], state, policy=self.policy,
-                     max_per_gpu=self.max_per_gpu, reserved=reserved, seed=self.seed,
-                     num_samples=self._cache.num_samples, cache=self._cache) if state.running \
-            else None
+        base = self._base.get(state_key)
+        if base is None:  # the node's own objective: the same for every pod scored there
+            base = place(topo, self.model, [], state, policy=self.policy,
+                         max_per_gpu=self.max_per_gpu, reserved=reserved, seed=self.seed,
+                         num_samples=self._cache.num_samples,
+                         cache=self._cache).objective if state.running else 0.0
+            if len(self._base) > 50_000:
+                self._base.clear()
+            self._base[state_key] = base
         p = place(topo, self.model, [job], state, policy=self.policy,
                   max_per_gpu=self.max_per_gpu, reserved=reserved, seed=self.seed,
                   num_samples=self._cache.num_samples, cache=self._cache)
         result: tuple[float, tuple[str, ...]] | None = None
         if not p.pending:
-            gain = p.objective - (base.objective if base is not None else 0.0)
+            gain = p.objective - base
             result = (gain, p.assignment()[job.job_id])
         if len(self._scores) > 50_000:
             self._scores.clear()
