@@ -457,9 +457,14 @@ class InterferenceModel:
                 torch.Generator().manual_seed(int(seed) + 2),
             )
         prepared = _Prepared(d, press, sens, noise, offset, spread)
-        if len(self._prepared_cache) >= 4:
-            self._prepared_cache.pop(next(iter(self._prepared_cache)))
-        self._prepared_cache[key] = prepared
+        cache = self._prepared_cache
+        # Threads may share a model: at worst two compute the same entry, or evict one twice.
+        while len(cache) >= 4:
+            try:
+                cache.pop(next(iter(cache)), None)
+            except (RuntimeError, StopIteration):  # another thread changed it meanwhile
+                break
+        cache[key] = prepared
         return prepared
 
     def predict(
