@@ -71,13 +71,12 @@ def main() -> None:
     ap.add_argument("--model", help="a saved model directory (default: fit Gavel V100, seed 0)")
     args = ap.parse_args()
     deadline = time.monotonic() + 600
-    tmp = Path(tempfile.mkdtemp(prefix="interplace-serve-"))
     if args.model:
         model_dir = Path(args.model)
         model = InterferenceModel.load(model_dir)
     else:
         model = fit(load_gavel("v100").data, seed=0)
-        model_dir = tmp / "model"
+        model_dir = Path(tempfile.mkdtemp(prefix="interplace-serve-")) / "model"
         model.save(model_dir)
     types = list(model.jobs)
     nodes = [f"node-{k}" for k in range(args.nodes)]

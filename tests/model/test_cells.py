@@ -179,11 +179,13 @@ def test_kept_draws_answer_as_fresh_ones(small_model: InterferenceModel) -> None
         small_model.posterior_speed(q[:3], num_samples=30 + seed, seed=seed)
     again = small_model.posterior_speed(q[::-1], num_samples=40, seed=11)
     fresh = dataclasses.replace(small_model).posterior_speed(q, num_samples=40, seed=11)
-    for p in (again, fresh):
-        got = p.speed.flip(1) if p is again else p.speed
-        torch.testing.assert_close(got, first.speed, rtol=0, atol=0)
+    torch.testing.assert_close(again.speed.flip(1), first.speed, rtol=0, atol=0)
+    torch.testing.assert_close(fresh.speed, first.speed, rtol=0, atol=0)
     torch.testing.assert_close(fresh.measured, first.measured, rtol=0, atol=0)
     assert len(small_model._prepared_cache) <= 4
+    # A kept entry never lets a bad draw count through: 40.0 is refused as it is uncached.
+    with pytest.raises(InputError, match="num_samples must be an integer"):
+        small_model.posterior_speed(q, num_samples=40.0, seed=11)  # type: ignore[arg-type]
 
 
 def test_threads_sharing_a_model_get_its_answers(small_model: InterferenceModel) -> None:

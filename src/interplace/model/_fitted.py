@@ -156,6 +156,11 @@ class SpeedPosterior:
         return self.quantile(0.95)
 
 
+def _check_num_samples(num_samples: object) -> None:
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 2:
+        raise InputError(f"num_samples must be an integer >= 2, not {num_samples!r}")
+
+
 class _Prepared(NamedTuple):
     """What the queries of one ``(num_samples, seed)`` share (``InterferenceModel._prepare``):
     the draws ``{site: (S, *shape)}``, pressure and sensitivity ``(S, J, R)``, the noise
@@ -285,8 +290,7 @@ class InterferenceModel:
         >>> m.draws(10)["log_demand"].shape
         torch.Size([10, 3, 5])
         """
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 2:
-            raise InputError(f"num_samples must be an integer >= 2, not {num_samples!r}")
+        _check_num_samples(num_samples)
         gen = torch.Generator().manual_seed(int(seed))
         out = {}
         # Draw s from mixture component s mod K (stratified: each component's share is exact).
@@ -429,7 +433,8 @@ class InterferenceModel:
         offsets and unmeasured pairs' spread (:func:`~._cells.spread_draws`). The last few
         are kept: a scheduler asks again and again with the same ones, and drawing them
         (a Gaussian per site, an ``S x J x J`` spread) costs more than a small call."""
-        key = (int(num_samples), int(seed))
+        _check_num_samples(num_samples)  # before the lookup: 64.0 must not hit 64's entry
+        key = (num_samples, int(seed))
         cached = self._prepared_cache.get(key)
         if cached is not None:
             return cached
