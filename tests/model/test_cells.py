@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import pickle
 import random
 import threading
 
@@ -186,6 +187,40 @@ def test_kept_draws_answer_as_fresh_ones(small_model: InterferenceModel) -> None
     # A kept entry never lets a bad draw count through: 40.0 is refused as it is uncached.
     with pytest.raises(InputError, match="num_samples must be an integer"):
         small_model.posterior_speed(q, num_samples=40.0, seed=11)  # type: ignore[arg-type]
+
+
+def test_a_pickled_model_leaves_its_kept_draws_behind(small_model: InterferenceModel) -> None:
+    # Models travel to worker processes by pickle (fits coming back, simulation sweeps): the
+    # kept draws stay behind, and the copy answers exactly as the model (it redraws them).
+    q = [Query(a, (b,)) for a in small_model.jobs for b in small_model.jobs]
+    model = dataclasses.replace(small_model)
+    bare = len(pickle.dumps(model))
+    before = model.posterior_speed(q, num_samples=200, seed=5)
+    assert model._prepared_cache  # it kept them
+    copy = pickle.loads(pickle.dumps(model))
+    assert not copy._prepared_cache and model._prepared_cache
+    assert len(pickle.dumps(model)) == bare
+    after = copy.posterior_speed(q, num_samples=200, seed=5)
+    torch.testing.assert_close(after.speed, before.speed, rtol=0, atol=0)
+    torch.testing.assert_close(after.measured, before.measured, rtol=0, atol=0)
+
+
+def test_batches_answer_as_one(small_model: InterferenceModel) -> None:
+    # Queries are scored in batches (by default a power of two, at most 1,024 queries and 2**17
+    # draw-query pairs); any batching must give one batch's answers, up to the last bits
+    # that a reduction's vector width can move (atol 1e-14 on speeds near 1, a hundred
+    # float64 ulps; a wrong gather or a batch scored twice moves them by 1e-3 or more).
+    q = [Query(a, (b, c)) for a in small_model.jobs for b in small_model.jobs
+         for c in small_model.jobs]
+    q += [Query(a, ()) for a in small_model.jobs]
+    one = small_model.posterior_speed(q, num_samples=24, seed=3, batch_size=len(q))
+    for batch in (None, 1, 7, 64):
+        p = small_model.posterior_speed(q, num_samples=24, seed=3, batch_size=batch)
+        torch.testing.assert_close(p.speed, one.speed, rtol=0, atol=1e-14)
+        torch.testing.assert_close(p.measured, one.measured, rtol=0, atol=1e-14)
+    for bad in (0, -2, 2.0, True):
+        with pytest.raises(InputError, match="batch_size must be a positive integer"):
+            small_model.posterior_speed(q, num_samples=24, batch_size=bad)  # type: ignore[arg-type]
 
 
 def test_threads_sharing_a_model_get_its_answers(small_model: InterferenceModel) -> None:
