@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from interplace._parallel import spawn_map
@@ -25,3 +30,32 @@ def test_no_tasks_and_one_task() -> None:
 def test_a_failing_task_raises_its_own_exception(workers: int) -> None:
     with pytest.raises(ValueError, match="invalid literal"):
         spawn_map(int, ["1", "x", "3"], workers)
+
+
+def test_a_worker_that_dies_is_named_not_a_bare_broken_pool() -> None:
+    # os._exit pickles by name and ends the worker at once, as a kill for memory would.
+    with pytest.raises(RuntimeError, match="a worker process of 2 ended abruptly"):
+        spawn_map(os._exit, [3, 3], 2)
+
+
+def test_a_script_without_a_main_guard_is_told_to_add_one(tmp_path: Path) -> None:
+    # Each spawned worker imports the script and, unguarded, runs its spawn_map again, which
+    # Python refuses in a worker still starting: the caller must be told what to change.
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from interplace._parallel import spawn_map\nprint(spawn_map(abs, [-1, -2], 2))\n"
+    )
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path)
+    assert run.returncode != 0
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("RuntimeError: a worker process of 2 ended abruptly")
+    assert "if __name__ == \"__main__\":" in last
+    guarded = tmp_path / "guarded.py"
+    guarded.write_text(
+        "from interplace._parallel import spawn_map\n"
+        "if __name__ == \"__main__\":\n    print(spawn_map(abs, [-1, -2], 2))\n"
+    )
+    ok = subprocess.run([sys.executable, str(guarded)], capture_output=True, text=True,
+                        timeout=300, cwd=tmp_path)
+    assert ok.returncode == 0 and ok.stdout.strip() == "[1, 2]"

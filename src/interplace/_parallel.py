@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import TypeVar
 
 __all__ = ["spawn_map"]
@@ -31,7 +32,10 @@ def spawn_map(
     is raised here (the first in ``tasks`` order), after the pool has shut down.
 
     A script that calls this with ``workers > 1`` must guard its own top level with ``if
-    __name__ == "__main__":`` (Python's rule for spawned processes).
+    __name__ == "__main__":`` (Python's rule for spawned processes): each worker imports the
+    script, and without the guard it runs the script's own call again and dies. A worker
+    that dies so (or is killed, say for memory) raises :class:`RuntimeError` saying so, not
+    the pool's bare ``BrokenProcessPool``.
 
     >>> spawn_map(abs, [-3, 1, -2], workers=2)
     [3, 1, 2]
@@ -52,4 +56,13 @@ def spawn_map(
             callback = done
             for f in futures:
                 f.add_done_callback(lambda _: callback())
-        return [f.result() for f in futures]
+        try:
+            return [f.result() for f in futures]
+        except BrokenProcessPool:
+            raise RuntimeError(
+                f"a worker process of {min(workers, len(tasks))} ended abruptly: a script "
+                "that asks for workers must guard its top level with "
+                "'if __name__ == \"__main__\":' (each spawned worker imports it), and a "
+                "worker can be killed for memory; with workers=1 everything runs in this "
+                "process"
+            ) from None

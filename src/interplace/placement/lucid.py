@@ -8,6 +8,12 @@ counters pin) or given as ``utilisation``. Classes: low (:math:`u < 1/3`), mediu
 goes with anything, medium with medium, high only with low). Each new job (gangs first) takes
 an idle GPU if there is one, else the compatible GPU whose jobs' classes add up least; with
 none it stays pending, as Lucid queues it. Complexity :math:`O(n g)`.
+
+The counters are what make the model's reading a utilisation: a speed depends on a job's
+demand only through its pressure (demand times intensity), so a model fitted without GPU
+counters (``model.metrics`` empty, as on Gavel's data) has no measurement of demand alone,
+and its classes are wherever the fit put it (on Gavel's V100 jobs: all high with one fit, all
+low with another). Give ``utilisation`` then, from profiles of the jobs.
 """
 
 from __future__ import annotations
