@@ -196,6 +196,8 @@ def test_demo_places_and_simulates(demo_run: tuple[int, str, str, Path]) -> None
                                          r"(\d\.\d{3})")
     # Shares of the measured optimum: at most 1 (the optimum is exact on the same speeds).
     assert all(0 < r <= 1.0 + 1e-9 for r in ratios.values())
+    # Gavel has no counters: lucid's row is said to rest on unmeasured classes.
+    assert "(lucid: Gavel has no GPU counters" in out
     assert "== Simulation: the first 60 jobs" in out
     jct = {name: _demo_number(out, rf"\n  {name} +(\d+)s") for name in
            ("fifo-exclusive", "interplace", "oracle")}

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from interplace.cli import main
-from interplace.datasets import synthetic
+from interplace.datasets import CoLocationData, synthetic
 from interplace.model import InterferenceModel, fit
 
 
@@ -113,3 +113,21 @@ def test_measured_runs_take_precedence(
     code = main(["place", "--model", str(model_dir), "--topology", "pcie-8gpu", "--jobs",
                  str(jobs), "--measured", str(tmp_path / "nope.csv"), "--out", str(out)])
     assert code == 2 and "no such file" in capsys.readouterr().err
+
+
+def test_lucid_notes_classes_that_no_counter_measured(
+    tmp_path: Path, model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Without GPU counters a job's demand is not identified (only its product with the
+    # intensity enters a speed), so lucid's classes from it carry no measurement: say so.
+    data = synthetic(4, seed=2, samples_per_run=8)
+    bare = fit(CoLocationData(data.runs, None, "no counters"), seed=0, steps=200, min_steps=200)
+    assert bare.metrics == ()
+    jobs = _jobs(tmp_path, "".join(f"j{k},job{k % 4},1\n" for k in range(6)))
+    note = "note: lucid's utilisation classes are the model's demand, which no GPU counters"
+    for model, noted in ((bare.save(tmp_path / "bare"), True), (model_dir, False)):
+        code = main(["place", "--model", str(model), "--topology", "pcie-8gpu", "--jobs",
+                     str(jobs), "--policy", "lucid", "--out", str(tmp_path / "p.csv")])
+        assert code == 0
+        captured = capsys.readouterr()
+        assert (note in captured.out + captured.err) is noted

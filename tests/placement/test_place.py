@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -19,6 +20,7 @@ from interplace.placement import (
     score,
 )
 from interplace.placement._problem import cross_gpu_evidence
+from interplace.placement.lucid import lucid
 from interplace.topology import builtin
 
 POLICY_NAMES = list(POLICIES)
@@ -156,6 +158,25 @@ def test_lucid_uses_model_utilisation(small_model: InterferenceModel) -> None:
     jobs = [Job(f"j{k}", small_model.jobs[k % 4]) for k in range(16)]
     p = place(topo, small_model, jobs, policy="lucid")
     assert len(p.new_jobs()) + len(p.pending) == 16
+    assert p.info["utilisation"] == "model (GPU counters)"  # its fit data had them
+
+
+def test_lucid_records_where_its_utilisations_came_from(small_model: InterferenceModel) -> None:
+    class NoCounters:  # the same model, as if fitted without counters (as on Gavel's data)
+        metrics: tuple[str, ...] = ()
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(small_model, name)
+
+    topo = builtin("pcie-8gpu")
+    jobs = [Job(f"j{k}", small_model.jobs[k % 4]) for k in range(8)]
+    p = place(topo, NoCounters(), jobs, policy="lucid")  # type: ignore[arg-type]
+    assert p.info["utilisation"] == "model (no GPU counters)"
+    given = functools.partial(lucid, utilisation=dict.fromkeys(small_model.jobs, 0.9))
+    p = place(topo, small_model, jobs, policy=given)
+    assert p.info["utilisation"] == "given"
+    # every job reads high, and high never shares with high: eight jobs on eight GPUs alone
+    assert sorted(g for j in p.new_jobs() for g in j.gpus) == sorted(topo.gpus())
 
 
 def test_lucid_without_utilisation_is_refused(toy: MeasuredSpeeds) -> None:

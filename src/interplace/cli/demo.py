@@ -180,10 +180,12 @@ def _demo_placement(model: Any, train: Any, gavel: Any, seed: int) -> str:
         f"  {'policy':<24}{'predicted':>10}{'measured':>10}{'of optimum':>12}{'time':>9}",
     ]
     informed = MeasuredOverModel(model, train.pairs())
+    unmeasured_classes = False
     for name in [*POLICIES, "local-search+measured"]:
         source = informed if name.endswith("+measured") else model
         p = place(topo, source, jobs, policy=name.split("+")[0], can_share=truth.can_share,
                   seed=seed)
+        unmeasured_classes |= p.info.get("utilisation") == "model (no GPU counters)"
         measured = score_placement(topo, truth, p).objective
         pending = f" ({len(p.pending)} pending)" if p.pending else ""
         lines.append(
@@ -192,6 +194,9 @@ def _demo_placement(model: Any, train: Any, gavel: Any, seed: int) -> str:
         )
     lines.append("  (+measured: the fit's own measured pairs take precedence over the model's "
                  "predictions of them)")
+    if unmeasured_classes:
+        lines.append("  (lucid: Gavel has no GPU counters, so its utilisation classes are the "
+                     "model's unmeasured demand)")
     return "\n".join(lines) + "\n"
 
 

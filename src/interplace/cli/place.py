@@ -136,6 +136,11 @@ def _summary(p: Placement, topology: str, out: Path, cold: str | None = None) ->
         )
     if cold is not None:
         lines.append(cold)
+    if p.info.get("utilisation") == "model (no GPU counters)":
+        lines.append(
+            "note: lucid's utilisation classes are the model's demand, which no GPU counters "
+            "measured (none in its fit data): they say nothing of the jobs' utilisation"
+        )
     if not p.info.get("cross_gpu", True):
         lines.append(
             "note: contention across GPUs (PCIe switch, socket) not scored: the model has no "

@@ -13,7 +13,9 @@ The counters are what make the model's reading a utilisation: a speed depends on
 demand only through its pressure (demand times intensity), so a model fitted without GPU
 counters (``model.metrics`` empty, as on Gavel's data) has no measurement of demand alone,
 and its classes are wherever the fit put it (on Gavel's V100 jobs: all high with one fit, all
-low with another). Give ``utilisation`` then, from profiles of the jobs.
+low with another). Give ``utilisation`` then, from profiles of the jobs. The policy records
+where its utilisations came from in ``problem.info["utilisation"]``: ``"given"``, ``"model
+(GPU counters)"`` or ``"model (no GPU counters)"``, and ``interplace place`` notes the last.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from interplace.errors import InputError
+from interplace.model import METRIC_RESOURCE
 from interplace.placement._problem import Problem, State
 
 __all__ = ["lucid", "utilisation_classes"]
@@ -41,8 +44,14 @@ def utilisation_classes(
         if not cols:
             raise InputError("lucid needs the model's gpu_compute or gpu_membw demand")
         util = {str(j): float(table.loc[j, cols].max()) for j in table.index}
+        metrics = getattr(problem.source, "metrics", ())
+        counted = any(METRIC_RESOURCE.get(m) in cols for m in metrics)
+        problem.info["utilisation"] = (
+            "model (GPU counters)" if counted else "model (no GPU counters)"
+        )
     else:
         util = dict(utilisation)
+        problem.info["utilisation"] = "given"
     out = []
     for t in problem.types:
         if t not in util:
