@@ -32,7 +32,8 @@ __all__ = ["lucid", "utilisation_classes"]
 def utilisation_classes(
     problem: Problem, utilisation: Mapping[str, float] | None = None
 ) -> list[int]:
-    """The utilisation class (0 low, 1 medium, 2 high) of each of ``problem.types``."""
+    """The utilisation class (0 low, 1 medium, 2 high) of each of ``problem.types``; where
+    the utilisations came from goes to ``problem.info["utilisation"]`` (module docstring)."""
     if utilisation is None:
         demand = getattr(problem.source, "demand", None)
         if demand is None:
