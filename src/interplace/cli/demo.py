@@ -164,6 +164,7 @@ def _demo_placement(model: Any, train: Any, gavel: Any, seed: int) -> str:
 
     from interplace.placement import POLICIES, Job, MeasuredOverModel, MeasuredSpeeds, place
     from interplace.placement import score as score_placement
+    from interplace.placement.lucid import UNMEASURED
     from interplace.topology import builtin
 
     bad = [(str(a), str(b)) for a, b in gavel.infeasible.dropna().values.tolist()]
@@ -185,7 +186,7 @@ def _demo_placement(model: Any, train: Any, gavel: Any, seed: int) -> str:
         source = informed if name.endswith("+measured") else model
         p = place(topo, source, jobs, policy=name.split("+")[0], can_share=truth.can_share,
                   seed=seed)
-        unmeasured_classes |= p.info.get("utilisation") == "model (no GPU counters)"
+        unmeasured_classes |= p.info.get("utilisation") == UNMEASURED
         measured = score_placement(topo, truth, p).objective
         pending = f" ({len(p.pending)} pending)" if p.pending else ""
         lines.append(

@@ -121,6 +121,8 @@ def _cold_note(
 
 
 def _summary(p: Placement, topology: str, out: Path, cold: str | None = None) -> str:
+    from interplace.placement.lucid import UNMEASURED
+
     new = p.new_jobs()
     running = [j for j in p.jobs if j.running]
     lines = [
@@ -136,7 +138,7 @@ def _summary(p: Placement, topology: str, out: Path, cold: str | None = None) ->
         )
     if cold is not None:
         lines.append(cold)
-    if p.info.get("utilisation") == "model (no GPU counters)":
+    if p.info.get("utilisation") == UNMEASURED:
         lines.append(
             "note: lucid's utilisation classes are the model's demand, which no GPU counters "
             "measured (none in its fit data): they say nothing of the jobs' utilisation"

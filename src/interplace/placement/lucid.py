@@ -26,7 +26,11 @@ from interplace.errors import InputError
 from interplace.model import METRIC_RESOURCE
 from interplace.placement._problem import Problem, State
 
-__all__ = ["lucid", "utilisation_classes"]
+__all__ = ["UNMEASURED", "lucid", "utilisation_classes"]
+
+UNMEASURED = "model (no GPU counters)"
+"""``problem.info["utilisation"]`` when the classes come from a model's demand that no GPU
+counter measured."""
 
 
 def utilisation_classes(
@@ -48,7 +52,7 @@ def utilisation_classes(
         metrics = getattr(problem.source, "metrics", ())
         counted = any(METRIC_RESOURCE.get(m) in cols for m in metrics)
         problem.info["utilisation"] = (
-            "model (GPU counters)" if counted else "model (no GPU counters)"
+            "model (GPU counters)" if counted else UNMEASURED
         )
     else:
         util = dict(utilisation)
