@@ -421,12 +421,14 @@ class InterferenceModel:
         (torch.Size([500, 2]), 1.0)
         """
         qs = list(queries)
+        if batch_size is not None and (
+            isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+        ):  # refused before any drawing
+            raise InputError(f"batch_size must be a positive integer, not {batch_size!r}")
         d, press, sens, noise, offset, spread = self._prepare(num_samples, seed)
         if batch_size is None:
             fit_in = max(1, _BATCH_DRAW_QUERIES // num_samples)
             batch_size = min(_BATCH_QUERIES, 1 << (fit_in.bit_length() - 1))
-        elif isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InputError(f"batch_size must be a positive integer, not {batch_size!r}")
         chunks, extra = [], []
         for lo in range(0, max(len(qs), 1), batch_size):
             part = qs[lo : lo + batch_size]
