@@ -25,7 +25,7 @@ from interplace.model import (
     shared_resources,
 )
 from interplace.model._data import counters_from_samples, observations_from_runs
-from interplace.model._net import KAPPA, counter_mean, log_speed
+from interplace.model._net import KAPPA, counter_mean, log_speed, member_slots
 from interplace.topology import load
 
 
@@ -119,9 +119,34 @@ def test_contention_function_edge_cases() -> None:
     assert v.tolist() == pytest.approx([1 / (2 - knee), 1 / (3 - knee), 1.0], abs=1e-6)
     # Counters saturate at full scale and are near the load below it.
     members = torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]], dtype=torch.float64)
-    u = counter_mean(d * 0.4, members, torch.tensor([0, 0]))
+    slots = member_slots(members)
+    u = counter_mean(d * 0.4, *slots, torch.tensor([0, 0]))
     assert u.tolist() == pytest.approx([0.4, 0.8], abs=1e-3)
-    assert float(counter_mean(d * 3, members, torch.tensor([0, 0]))[1]) == pytest.approx(1.0)
+    assert float(counter_mean(d * 3, *slots, torch.tensor([0, 0]))[1]) == pytest.approx(1.0)
+
+
+def test_counter_mean_reads_member_slots_as_the_dense_product() -> None:
+    # The slots are a gather standing in for the (G, J + 1) @ (J + 1, R) product over each
+    # group's members: the same load on every group, for a job counted twice, a group whose
+    # only member is the last job, a group with none (load 0) and a batch of draws.
+    members = torch.tensor(
+        [[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0], [0.0, 2.0, 1.0, 0.0],
+         [0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]],
+        dtype=torch.float64,
+    )
+    idx, count = member_slots(members)
+    assert idx.shape == count.shape == (5, 2)
+    assert idx.tolist() == [[0, 3], [0, 1], [1, 2], [2, 3], [3, 3]]
+    assert count.tolist() == [[1.0, 0.0], [1.0, 1.0], [2.0, 1.0], [1.0, 0.0], [0.0, 0.0]]
+    demand = torch.rand(4, 3, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    res = torch.tensor([0, 1, 0, 1, 0])
+    pad = torch.cat([demand, torch.zeros(4, 1, 2, dtype=torch.float64)], dim=-2)
+    dense = torch.einsum("gj,sjr->sgr", members, pad).gather(
+        -1, res.expand(4, -1).unsqueeze(-1)
+    ).squeeze(-1)
+    got = counter_mean(demand * 0.3, idx, count, res)
+    # Below the counter's knee the mean is the load itself.
+    torch.testing.assert_close(got, 0.3 * dense, rtol=1e-12, atol=1e-12)
 
 
 def test_shared_resources_follow_domains() -> None:

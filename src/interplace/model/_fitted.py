@@ -29,6 +29,7 @@ from interplace.model._net import (
     cell_sum,
     counter_mean,
     log_speed,
+    member_slots,
     pressure,
     reference_level,
     sensitivity,
@@ -624,7 +625,7 @@ class InterferenceModel:
         )
         members = torch.as_tensor(counters.members[rows], dtype=torch.float64)
         d = self.draws(num_samples, seed)
-        mu = counter_mean(d["log_demand"].exp(), members, res)  # (S, G)
+        mu = counter_mean(d["log_demand"].exp(), *member_slots(members), res)  # (S, G)
         fs = torch.as_tensor(
             [
                 self.full_scale[self.metrics.index(m)]

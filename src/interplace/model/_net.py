@@ -28,6 +28,7 @@ __all__ = [
     "counter_mean",
     "gather_pairs",
     "log_speed",
+    "member_slots",
     "pressure",
     "reference_level",
     "sensitivity",
@@ -311,19 +312,46 @@ def smooth_cap(x: torch.Tensor, knee: float = COUNTER_KNEE) -> torch.Tensor:
     return torch.where(x <= 1.0 - knee, x, torch.where(x >= 1.0 + knee, torch.ones_like(x), y))
 
 
-def counter_mean(demand: torch.Tensor, members: torch.Tensor, res: torch.Tensor) -> torch.Tensor:
+def member_slots(members: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each counter group's members as slots: indices ``(G, M)`` into ``0..J`` (``J`` =
+    padding) and their instance counts ``(G, M)``, ``M`` the most members of any group.
+
+    ``members``: the ``(G, J + 1)`` count matrix of :class:`~interplace.model._data.Counters`
+    (its last column unused). :func:`counter_mean` reads the slots: a group holds one or two
+    jobs, so a gather of ``M`` of them per group replaces a ``(G, J + 1)`` by ``(J + 1, R)``
+    product (on Lucid, 2,908 groups of 66 jobs, it was a twelfth of every SVI step).
+
+    >>> idx, n = member_slots(torch.tensor([[1.0, 0.0, 0.0], [1.0, 2.0, 0.0]]))
+    >>> idx.tolist(), n.tolist()
+    ([[0, 2], [0, 1]], [[1.0, 0.0], [1.0, 2.0]])
+    """
+    n_jobs = members.shape[-1] - 1
+    held = members[:, :n_jobs] != 0
+    width = max(int(held.sum(1).max()), 1) if members.shape[0] else 1
+    # Stable sort puts each group's members first, in job order; the rest is padding.
+    order = torch.sort((~held).to(torch.int8), dim=1, stable=True).indices[:, :width]
+    taken = held.gather(1, order)
+    idx = torch.where(taken, order, torch.full_like(order, n_jobs))
+    count = torch.where(taken, members.gather(1, order), torch.zeros((), dtype=members.dtype))
+    return idx, count
+
+
+def counter_mean(
+    demand: torch.Tensor, idx: torch.Tensor, count: torch.Tensor, res: torch.Tensor
+) -> torch.Tensor:
     """True utilisation of each counter group, ``u_g = cap(sum_j m_gj d_{j r_g})``.
 
-    ``cap`` is :func:`smooth_cap`. ``demand``: ``(..., J, R)``; ``members``: ``(G, J + 1)``
-    instance counts; ``res``: ``(G,)`` resource of each group's metric. Returns ``(..., G)`` in
+    ``cap`` is :func:`smooth_cap`. ``demand``: ``(..., J, R)``; ``idx``, ``count``: ``(G, M)``
+    each group's member slots (:func:`member_slots` of the ``(G, J + 1)`` instance counts
+    :math:`m`); ``res``: ``(G,)`` resource of each group's metric. Returns ``(..., G)`` in
     ``[0, 1]``.
     """
     batch = demand.shape[:-2]
     n_res = demand.shape[-1]
     pad = torch.zeros(*batch, 1, n_res, dtype=demand.dtype, device=demand.device)
-    d_pad = torch.cat([demand, pad], dim=-2)  # (..., J+1, R)
-    load = torch.einsum("gj,...jr->...gr", members, d_pad)  # (..., G, R)
-    x = load.gather(-1, res.expand(*batch, -1).unsqueeze(-1)).squeeze(-1)
+    d_pad = torch.cat([demand, pad], dim=-2).reshape(*batch, -1)  # (..., (J+1) R)
+    flat = (idx * n_res + res.unsqueeze(-1)).reshape(-1)
+    x = (d_pad.index_select(-1, flat).reshape(*batch, *idx.shape) * count).sum(-1)
     return smooth_cap(x)
 
 
@@ -381,122 +409,210 @@ class InterferenceNet(PyroModule):
             self._plates[key] = pyro.plate(name, size, dim=dim)
         return self._plates[key]
 
-    def forward(
+    def forward(self, *tensors: torch.Tensor) -> None:
+        """The model as Pyro sample sites in their plates; ``tensors`` as :meth:`_story`
+        takes them."""
+        self._story(_PyroSites(self), *tensors)
+
+    def log_joint(
+        self, latent: dict[str, torch.Tensor], *tensors: torch.Tensor
+    ) -> torch.Tensor:
+        r"""The model's log density at unconstrained latent values, a scalar:
+        :math:`\sum_{\mathrm{sites}} \log \mathcal{N}(z;\, \mu, \sigma) + \lambda
+        \log p(y \mid \theta)`.
+
+        ``latent`` holds every site of :func:`site_names` unconstrained (a ``positive`` site's
+        log), shaped as in ``forward``; ``tensors`` are ``forward``'s. A ``positive`` site's
+        LogNormal prior is a Normal one on its log, so the density is taken there, without
+        the Jacobian :math:`-z`: the variational density :math:`q` of :func:`fit`'s guide,
+        over the same unconstrained values, carries the same term, so the ELBO
+        :math:`\mathbb{E}_q[\log p - \log q]` is Pyro's ``Trace_ELBO`` up to rounding
+        (checked in ``tests/model/test_fit_options.py``), computed without Pyro's tracing,
+        which took half of every SVI step on Lucid.
+        """
+        sites = _DirectSites(self, latent)
+        self._story(sites, *tensors)
+        return torch.as_tensor(sites.total)
+
+    def _story(
         self,
+        s: _PyroSites | _DirectSites,
         job: torch.Tensor,
         co: torch.Tensor,
         share: torch.Tensor,
         log_y: torch.Tensor,
-        members: torch.Tensor,
+        member_idx: torch.Tensor,
+        member_n: torch.Tensor,
         metric: torch.Tensor,
         metric_res: torch.Tensor,
         n: torch.Tensor,
         mean: torch.Tensor,
         ssd: torch.Tensor,
     ) -> None:
+        """The generative story, once, for both readers: ``s`` samples its sites with Pyro
+        (:meth:`forward`) or scores given values (:meth:`log_joint`).
+
+        The tensors (:mod:`interplace.model._data`): ``job`` ``(N,)``, ``co`` ``(N, K)``,
+        ``share`` ``(N, K, R)`` and ``log_y`` ``(N,)`` the speed observations; ``member_idx``,
+        ``member_n`` ``(G, M)`` each counter group's member slots (:func:`member_slots`),
+        ``metric``, ``metric_res``, ``n``, ``mean``, ``ssd`` ``(G,)`` its metric, that metric's
+        resource and its sufficient statistics.
+        """
         h = self.hyper
         dt = log_y.dtype
         dev = log_y.device
-        consts = self._consts
-        plate = self._plate
+        c = self._const
+        plate = s.plate
 
-        def c(x: float) -> torch.Tensor:
-            # Constants and plates are made once and reused by every step (they are
-            # read-only), which saves a tensor or plate construction per use.
-            key = (x, dt, dev)
-            if key not in consts:
-                consts[key] = torch.tensor(x, dtype=dt, device=dev)
-            return consts[key]
-
-        zero = c(0.0)
+        zero = c(0.0, dt, dev)
         demand_off, sens_off, intensity_off, bias_off = zero, zero, zero, zero
         if self.family is not None:
             n_eff = 3 * self.n_res + 1
             sd_loc = torch.tensor(family_sd_loc(h, self.n_res), dtype=dt, device=dev)
-            with plate("family_effects", n_eff, dim=-1):
-                family_sd = pyro.sample(
-                    "family_sd", dist.LogNormal(sd_loc, c(h.family_sd_scale))
-                )
-                with plate("families", self.n_families, dim=-2):
-                    effect = pyro.sample("family_effect", dist.Normal(zero, family_sd))
+            with plate("family_effects", n_eff, -1):
+                family_sd = s.latent("family_sd", sd_loc, c(h.family_sd_scale, dt, dev))
+                with plate("families", self.n_families, -2):
+                    effect = s.latent("family_effect", zero, family_sd)
             demand_off, sens_off, intensity_off, bias_off = family_centres(
                 effect, self.family, self.n_res
             )
-        with plate("resources", self.n_res, dim=-1):
-            sens_loc = pyro.sample("sens_loc", dist.Normal(c(0.0), c(h.sens_loc_scale)))
-            sens_slope = pyro.sample(
-                "sens_slope", dist.Normal(c(h.sens_slope_loc), c(h.sens_slope_scale))
+        with plate("resources", self.n_res, -1):
+            sens_loc = s.latent("sens_loc", c(0.0, dt, dev), c(h.sens_loc_scale, dt, dev))
+            sens_slope = s.latent(
+                "sens_slope", c(h.sens_slope_loc, dt, dev), c(h.sens_slope_scale, dt, dev)
             )
-            sens_scale = pyro.sample(
-                "sens_scale", dist.LogNormal(c(h.sens_scale_loc), c(h.sens_scale_scale))
+            sens_scale = s.latent(
+                "sens_scale", c(h.sens_scale_loc, dt, dev), c(h.sens_scale_scale, dt, dev)
             )
-            threshold = pyro.sample("threshold", dist.LogNormal(c(0.0), c(h.threshold_scale)))
-            demand_mu = pyro.sample(
-                "demand_mu", dist.Normal(c(h.demand_loc), c(h.demand_loc_scale))
+            threshold = s.latent("threshold", c(0.0, dt, dev), c(h.threshold_scale, dt, dev))
+            demand_mu = s.latent(
+                "demand_mu", c(h.demand_loc, dt, dev), c(h.demand_loc_scale, dt, dev)
             )
-            demand_sd = pyro.sample(
-                "demand_sd", dist.LogNormal(c(h.demand_scale_loc), c(h.demand_scale_scale))
+            demand_sd = s.latent(
+                "demand_sd", c(h.demand_scale_loc, dt, dev), c(h.demand_scale_scale, dt, dev)
             )
-            intensity_sd = pyro.sample(
-                "intensity_sd", dist.LogNormal(c(h.intensity_sd_loc), c(h.intensity_sd_scale))
+            intensity_sd = s.latent(
+                "intensity_sd", c(h.intensity_sd_loc, dt, dev), c(h.intensity_sd_scale, dt, dev)
             )
-            with plate("jobs", self.n_jobs, dim=-2):
-                log_demand = pyro.sample(
-                    "log_demand", dist.Normal(demand_mu + demand_off, demand_sd)
-                )
-                sens_eps = pyro.sample("sens_eps", dist.Normal(sens_off, c(1.0)))
+            with plate("jobs", self.n_jobs, -2):
+                log_demand = s.latent("log_demand", demand_mu + demand_off, demand_sd)
+                sens_eps = s.latent("sens_eps", sens_off, c(1.0, dt, dev))
                 # Capacity taken per unit of counter-read demand: NVML utilisation is a
                 # busy-time fraction, not a capacity share, and the ratio differs by job.
-                log_intensity = pyro.sample(
-                    "log_intensity", dist.Normal(intensity_off, intensity_sd)
-                )
-        iso_bias_scale = pyro.sample(
-            "iso_bias_scale",
-            dist.LogNormal(c(h.iso_bias_scale_loc), c(h.iso_bias_scale_scale)),
+                log_intensity = s.latent("log_intensity", intensity_off, intensity_sd)
+        iso_bias_scale = s.latent(
+            "iso_bias_scale", c(h.iso_bias_scale_loc, dt, dev),
+            c(h.iso_bias_scale_scale, dt, dev),
         )
-        with plate("jobs_bias", self.n_jobs, dim=-1):
-            iso_bias = pyro.sample("iso_bias", dist.Normal(bias_off, iso_bias_scale))
-        speed_noise = pyro.sample(
-            "speed_noise", dist.LogNormal(c(h.speed_noise_loc), c(h.speed_noise_scale))
+        with plate("jobs_bias", self.n_jobs, -1):
+            iso_bias = s.latent("iso_bias", bias_off, iso_bias_scale)
+        speed_noise = s.latent(
+            "speed_noise", c(h.speed_noise_loc, dt, dev), c(h.speed_noise_scale, dt, dev)
         )
-        with plate("metrics", self.n_metrics, dim=-1):
-            metric_noise = pyro.sample(
-                "metric_noise", dist.LogNormal(c(h.metric_noise_loc), c(h.metric_noise_scale))
+        with plate("metrics", self.n_metrics, -1):
+            metric_noise = s.latent(
+                "metric_noise", c(h.metric_noise_loc, dt, dev), c(h.metric_noise_scale, dt, dev)
             )
         pair_u, pair_w = None, None
         if self.rank > 0:
-            with plate("pair_components", self.rank, dim=-1):
-                pair_scale = pyro.sample(
-                    "pair_scale", dist.LogNormal(c(h.pair_scale_loc), c(h.pair_scale_scale))
+            with plate("pair_components", self.rank, -1):
+                pair_scale = s.latent(
+                    "pair_scale", c(h.pair_scale_loc, dt, dev), c(h.pair_scale_scale, dt, dev)
                 )
-                with plate("pair_jobs", self.n_jobs, dim=-2):
-                    pair_u = pyro.sample("pair_u", dist.Normal(zero, pair_scale))
-                    pair_w = pyro.sample("pair_w", dist.Normal(zero, c(1.0)))
+                with plate("pair_jobs", self.n_jobs, -2):
+                    pair_u = s.latent("pair_u", zero, pair_scale)
+                    pair_w = s.latent("pair_w", zero, c(1.0, dt, dev))
         demand = log_demand.exp()
         sens = sensitivity(log_demand, sens_eps, sens_loc, sens_slope, sens_scale)
-        # The likelihoods, to the power temper (poutine.scale multiplies their log densities).
-        tempered = (
-            pyro.poutine.scale(scale=self.temper) if self.temper != 1.0
+        # The likelihoods, to the power temper (each reader scales their log densities).
+        if job.shape[0] > 0:
+            loc = log_speed(
+                pressure(log_demand, log_intensity), sens, threshold, job, co, share,
+                pair_u, pair_w,
+            ) + reference_level(iso_bias, job, share)
+            s.speeds(dist.StudentT(c(h.speed_df, dt, dev), loc, speed_noise), log_y)
+        if metric.shape[0] > 0:
+            mu = counter_mean(demand, member_idx, member_n, metric_res)
+            sigma = metric_noise.index_select(-1, metric)
+            # Gaussian likelihood of n samples from their sufficient statistics.
+            s.counters(
+                -n * torch.log(sigma)
+                - 0.5 * n * math.log(2 * math.pi)
+                - (ssd + n * (mean - mu) ** 2) / (2 * sigma**2)
+            )
+
+    def _const(self, x: float, dt: torch.dtype, dev: torch.device) -> torch.Tensor:
+        # Constants are made once and reused by every step (they are read-only), which
+        # saves a tensor construction per use.
+        key = (x, dt, dev)
+        if key not in self._consts:
+            self._consts[key] = torch.tensor(x, dtype=dt, device=dev)
+        return self._consts[key]
+
+
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def normal_log_density(z: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    r""":math:`\sum \log \mathcal{N}(z;\, \mu, \sigma)` over every element, a scalar
+    (``loc`` and ``scale`` broadcast against ``z``).
+
+    >>> z = torch.tensor([0.0, 1.0], dtype=torch.float64)
+    >>> one = torch.tensor(1.0, dtype=torch.float64)
+    >>> round(float(normal_log_density(z, 0 * one, one)), 6)  # 2 log N(0) - 1/2
+    -2.337877
+    """
+    scale = scale.expand(z.shape)
+    return (-0.5 * ((z - loc) / scale) ** 2 - scale.log() - _HALF_LOG_2PI).sum()
+
+
+class _PyroSites:
+    """:meth:`InterferenceNet.forward`'s reader of the story: Pyro sample sites in plates."""
+
+    def __init__(self, net: InterferenceNet) -> None:
+        self.net = net
+        self.tempered = (
+            pyro.poutine.scale(scale=net.temper) if net.temper != 1.0
             else contextlib.nullcontext()
         )
-        with tempered:
-            if job.shape[0] > 0:
-                loc = log_speed(
-                    pressure(log_demand, log_intensity), sens, threshold, job, co, share,
-                    pair_u, pair_w,
-                ) + reference_level(iso_bias, job, share)
-                with plate("observations", job.shape[0], dim=-1):
-                    pyro.sample(
-                        "log_speed", dist.StudentT(c(h.speed_df), loc, speed_noise), obs=log_y
-                    )
-            if metric.shape[0] > 0:
-                mu = counter_mean(demand, members, metric_res)
-                sigma = metric_noise.index_select(-1, metric)
-                # Gaussian likelihood of n samples from their sufficient statistics.
-                logp = (
-                    -n * torch.log(sigma)
-                    - 0.5 * n * math.log(2 * math.pi)
-                    - (ssd + n * (mean - mu) ** 2) / (2 * sigma**2)
-                )
-                with plate("counter_groups", metric.shape[0], dim=-1):
-                    pyro.factor("counters", logp)
+
+    def plate(self, name: str, size: int, dim: int) -> pyro.plate:
+        return self.net._plate(name, size, dim)
+
+    def latent(self, name: str, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        d = dist.LogNormal if SUPPORT[name] == "positive" else dist.Normal
+        value: torch.Tensor = pyro.sample(name, d(loc, scale))
+        return value
+
+    def speeds(self, d: dist.StudentT, log_y: torch.Tensor) -> None:
+        with self.tempered, self.plate("observations", log_y.shape[0], -1):
+            pyro.sample("log_speed", d, obs=log_y)
+
+    def counters(self, logp: torch.Tensor) -> None:
+        with self.tempered, self.plate("counter_groups", logp.shape[-1], -1):
+            pyro.factor("counters", logp)
+
+
+class _DirectSites:
+    """:meth:`InterferenceNet.log_joint`'s reader: each site's value is given (unconstrained
+    in ``latent``) and its log density summed into ``total``."""
+
+    def __init__(self, net: InterferenceNet, latent: dict[str, torch.Tensor]) -> None:
+        self.latent_values = latent
+        self.temper = net.temper
+        self.total: torch.Tensor | float = 0.0
+
+    @staticmethod
+    def plate(name: str, size: int, dim: int) -> contextlib.nullcontext[None]:
+        return contextlib.nullcontext()
+
+    def latent(self, name: str, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        z = self.latent_values[name]
+        self.total = self.total + normal_log_density(z, loc, scale)
+        return z.exp() if SUPPORT[name] == "positive" else z
+
+    def speeds(self, d: dist.StudentT, log_y: torch.Tensor) -> None:
+        self.total = self.total + self.temper * d.log_prob(log_y).sum()
+
+    def counters(self, logp: torch.Tensor) -> None:
+        self.total = self.total + self.temper * logp.sum()
