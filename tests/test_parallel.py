@@ -1,4 +1,5 @@
-"""``interplace._parallel.spawn_map``: order, progress callbacks and errors, serial and spawned."""
+"""``interplace._parallel``: ``spawn_map``'s order, progress callbacks and errors, serial and
+spawned; ``one_blas_thread``'s limit."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from interplace._parallel import spawn_map
+from interplace._parallel import one_blas_thread, spawn_map
 
 
 @pytest.mark.parametrize("workers", [0, 1, 2, 5])
@@ -59,3 +60,20 @@ def test_a_script_without_a_main_guard_is_told_to_add_one(tmp_path: Path) -> Non
     ok = subprocess.run([sys.executable, str(guarded)], capture_output=True, text=True,
                         timeout=300, cwd=tmp_path)
     assert ok.returncode == 0 and ok.stdout.strip() == "[1, 2]"
+
+
+def test_one_blas_thread_limits_blas_inside_and_restores_it_after() -> None:
+    # The stage's SVDs run on one BLAS thread (two processes with spinning OpenBLAS threads
+    # each stall on two cores); whatever numpy's BLAS had before comes back after.
+    import numpy as np
+    from threadpoolctl import threadpool_info
+
+    def blas_threads() -> list[int]:
+        return [int(i["num_threads"]) for i in threadpool_info() if i["user_api"] == "blas"]
+
+    np.linalg.svd(np.eye(4))  # numpy's BLAS is loaded
+    before = blas_threads()
+    assert before, "no BLAS library found under numpy"
+    with one_blas_thread():
+        assert blas_threads() == [1] * len(before)
+    assert blas_threads() == before

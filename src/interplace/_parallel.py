@@ -1,15 +1,16 @@
-"""Independent tasks in spawned worker processes; every layer may use it, like
-``interplace.errors``."""
+"""Independent tasks in spawned worker processes, and a limit on BLAS threads; every layer may
+use it, like ``interplace.errors``."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import TypeVar
 
-__all__ = ["spawn_map"]
+__all__ = ["one_blas_thread", "spawn_map"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -66,3 +67,26 @@ def spawn_map(
                 "worker can be killed for memory; with workers=1 everything runs in this "
                 "process"
             ) from None
+
+
+@contextlib.contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """Run the block with numpy's BLAS (OpenBLAS, MKL...) on one thread, as before after it.
+
+    For numpy work on small matrices in a loop (the completion's SVDs of at most a few hundred
+    jobs a side), where a second BLAS thread gains nothing alone (Lucid's second stage: 5.7-6.2
+    s either way, the same numbers to the bit) and costs everything beside another process:
+    OpenBLAS threads wait for work by spinning, so two processes doing this at once on two
+    cores, each with two BLAS threads, took over 100 s each for a stage that takes 12.6 s each
+    on one thread. torch's own threads are set where it runs (:func:`torch.set_num_threads`).
+
+    >>> import numpy as np
+    >>> with one_blas_thread():
+    ...     s = np.linalg.svd(np.eye(3), compute_uv=False)
+    >>> s.tolist()
+    [1.0, 1.0, 1.0]
+    """
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield

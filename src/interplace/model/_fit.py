@@ -21,7 +21,7 @@ from pyro.infer.autoguide.initialization import init_to_median, init_to_value
 from torch.distributions import biject_to, transform_to
 from tqdm.auto import tqdm
 
-from interplace._parallel import spawn_map
+from interplace._parallel import one_blas_thread, spawn_map
 from interplace.datasets.runs import CoLocationData
 from interplace.errors import InputError
 from interplace.model._cells import measured_pairs
@@ -886,11 +886,12 @@ def with_second_stage(
     (:func:`~interplace.model._cells.measured_pairs`, less ``ceiling_lift``). ``family``:
     ``(J,)`` family indices (negative: none); ``readings``: ``(J, R)`` log isolated readings.
     """
-    pairs, completion = measured_pairs(
-        obs, structure.draws(MEASURED_DRAWS, seed), structure.speed_noise(),
-        structure.hyper.measure_noise, seed=seed, family=family, readings=readings,
-        lift_ceilings=lift_ceilings,
-    )
+    with one_blas_thread():
+        pairs, completion = measured_pairs(
+            obs, structure.draws(MEASURED_DRAWS, seed), structure.speed_noise(),
+            structure.hyper.measure_noise, seed=seed, family=family, readings=readings,
+            lift_ceilings=lift_ceilings,
+        )
     lift = np.asarray(completion.pop("ceiling_lift", np.zeros(len(structure.jobs))), dtype=float)
     if lift.any():
         loc, scale = structure.posterior["iso_bias"]
