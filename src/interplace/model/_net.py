@@ -319,7 +319,7 @@ def member_slots(members: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     ``members``: the ``(G, J + 1)`` count matrix of :class:`~interplace.model._data.Counters`
     (its last column unused). :func:`counter_mean` reads the slots: a group holds one or two
     jobs, so a gather of ``M`` of them per group replaces a ``(G, J + 1)`` by ``(J + 1, R)``
-    product (on Lucid, 2,908 groups of 66 jobs, it was a twelfth of every SVI step).
+    product (on Lucid, 2,908 groups of 66 jobs, it was about a tenth of every SVI step).
 
     >>> idx, n = member_slots(torch.tensor([[1.0, 0.0, 0.0], [1.0, 2.0, 0.0]]))
     >>> idx.tolist(), n.tolist()
