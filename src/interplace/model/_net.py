@@ -332,7 +332,7 @@ def member_slots(members: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     order = torch.sort((~held).to(torch.int8), dim=1, stable=True).indices[:, :width]
     taken = held.gather(1, order)
     idx = torch.where(taken, order, torch.full_like(order, n_jobs))
-    count = torch.where(taken, members.gather(1, order), torch.zeros((), dtype=members.dtype))
+    count = torch.where(taken, members.gather(1, order), members.new_zeros(()))
     return idx, count
 
 
