@@ -17,8 +17,9 @@ Splits: ``lucid-random`` (30% of co-located runs held out), ``lucid-cold`` (8 co
 (non-commercial licence) is read from ``--lucid``; a Lucid split without it exits with a
 one-line error. ``--side-by-side`` runs the two codes' fits of a seed at once (two processes,
 each with one BLAS thread: two processes with two OpenBLAS threads each on two cores stall
-each other in the completion's SVDs); the fit times it records are then not comparable with
-``benchmarks/fit_time.py``'s.
+each other in the completion's SVDs; the library keeps them to one thread itself since the
+twenty-sixth session, a baseline from before does not); the fit times it records are then
+not comparable with ``benchmarks/fit_time.py``'s.
 """
 
 from __future__ import annotations

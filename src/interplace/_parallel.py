@@ -74,11 +74,12 @@ def one_blas_thread() -> Iterator[None]:
     """Run the block with numpy's BLAS (OpenBLAS, MKL...) on one thread, as before after it.
 
     For numpy work on small matrices in a loop (the completion's SVDs of at most a few hundred
-    jobs a side), where a second BLAS thread gains nothing alone (Lucid's second stage: 5.7-6.2
+    jobs a side), where a second BLAS thread gains nothing alone (Lucid's second stage: 5.4-6.2
     s either way, the same numbers to the bit) and costs everything beside another process:
     OpenBLAS threads wait for work by spinning, so two processes doing this at once on two
-    cores, each with two BLAS threads, took over 100 s each for a stage that takes 12.6 s each
-    on one thread. torch's own threads are set where it runs (:func:`torch.set_num_threads`).
+    cores, each with two BLAS threads, did not finish a stage within 100 s that takes 9-13 s
+    each on one thread. torch's own threads are set where it runs
+    (:func:`torch.set_num_threads`).
 
     >>> import numpy as np
     >>> with one_blas_thread():
