@@ -461,67 +461,75 @@ class InterferenceNet(PyroModule):
         h = self.hyper
         dt = log_y.dtype
         dev = log_y.device
-        c = self._const
+        consts = self._consts
         plate = s.plate
 
-        zero = c(0.0, dt, dev)
+        def c(x: float) -> torch.Tensor:
+            # Constants are made once and reused by every step (they are read-only), which
+            # saves a tensor construction per use.
+            key = (x, dt, dev)
+            if key not in consts:
+                consts[key] = torch.tensor(x, dtype=dt, device=dev)
+            return consts[key]
+
+        zero = c(0.0)
         demand_off, sens_off, intensity_off, bias_off = zero, zero, zero, zero
         if self.family is not None:
             n_eff = 3 * self.n_res + 1
             sd_loc = torch.tensor(family_sd_loc(h, self.n_res), dtype=dt, device=dev)
             with plate("family_effects", n_eff, -1):
-                family_sd = s.latent("family_sd", sd_loc, c(h.family_sd_scale, dt, dev))
+                family_sd = s.latent("family_sd", sd_loc, c(h.family_sd_scale))
                 with plate("families", self.n_families, -2):
                     effect = s.latent("family_effect", zero, family_sd)
             demand_off, sens_off, intensity_off, bias_off = family_centres(
                 effect, self.family, self.n_res
             )
         with plate("resources", self.n_res, -1):
-            sens_loc = s.latent("sens_loc", c(0.0, dt, dev), c(h.sens_loc_scale, dt, dev))
+            sens_loc = s.latent("sens_loc", c(0.0), c(h.sens_loc_scale))
             sens_slope = s.latent(
-                "sens_slope", c(h.sens_slope_loc, dt, dev), c(h.sens_slope_scale, dt, dev)
+                "sens_slope", c(h.sens_slope_loc), c(h.sens_slope_scale)
             )
             sens_scale = s.latent(
-                "sens_scale", c(h.sens_scale_loc, dt, dev), c(h.sens_scale_scale, dt, dev)
+                "sens_scale", c(h.sens_scale_loc), c(h.sens_scale_scale)
             )
-            threshold = s.latent("threshold", c(0.0, dt, dev), c(h.threshold_scale, dt, dev))
+            threshold = s.latent("threshold", c(0.0), c(h.threshold_scale))
             demand_mu = s.latent(
-                "demand_mu", c(h.demand_loc, dt, dev), c(h.demand_loc_scale, dt, dev)
+                "demand_mu", c(h.demand_loc), c(h.demand_loc_scale)
             )
             demand_sd = s.latent(
-                "demand_sd", c(h.demand_scale_loc, dt, dev), c(h.demand_scale_scale, dt, dev)
+                "demand_sd", c(h.demand_scale_loc), c(h.demand_scale_scale)
             )
             intensity_sd = s.latent(
-                "intensity_sd", c(h.intensity_sd_loc, dt, dev), c(h.intensity_sd_scale, dt, dev)
+                "intensity_sd", c(h.intensity_sd_loc), c(h.intensity_sd_scale)
             )
             with plate("jobs", self.n_jobs, -2):
                 log_demand = s.latent("log_demand", demand_mu + demand_off, demand_sd)
-                sens_eps = s.latent("sens_eps", sens_off, c(1.0, dt, dev))
+                sens_eps = s.latent("sens_eps", sens_off, c(1.0))
                 # Capacity taken per unit of counter-read demand: NVML utilisation is a
                 # busy-time fraction, not a capacity share, and the ratio differs by job.
                 log_intensity = s.latent("log_intensity", intensity_off, intensity_sd)
         iso_bias_scale = s.latent(
-            "iso_bias_scale", c(h.iso_bias_scale_loc, dt, dev),
-            c(h.iso_bias_scale_scale, dt, dev),
+            "iso_bias_scale", c(h.iso_bias_scale_loc),
+            c(h.iso_bias_scale_scale),
         )
         with plate("jobs_bias", self.n_jobs, -1):
             iso_bias = s.latent("iso_bias", bias_off, iso_bias_scale)
         speed_noise = s.latent(
-            "speed_noise", c(h.speed_noise_loc, dt, dev), c(h.speed_noise_scale, dt, dev)
+            "speed_noise", c(h.speed_noise_loc), c(h.speed_noise_scale)
         )
         with plate("metrics", self.n_metrics, -1):
             metric_noise = s.latent(
-                "metric_noise", c(h.metric_noise_loc, dt, dev), c(h.metric_noise_scale, dt, dev)
+                "metric_noise", c(h.metric_noise_loc), c(h.metric_noise_scale)
             )
         pair_u, pair_w = None, None
         if self.rank > 0:
             with plate("pair_components", self.rank, -1):
                 pair_scale = s.latent(
-                    "pair_scale", c(h.pair_scale_loc, dt, dev), c(h.pair_scale_scale, dt, dev)
+                    "pair_scale", c(h.pair_scale_loc), c(h.pair_scale_scale)
                 )
                 with plate("pair_jobs", self.n_jobs, -2):
                     pair_u = s.latent("pair_u", zero, pair_scale)
-                    pair_w = s.latent("pair_w", zero, c(1.0, dt, dev))
+                    pair_w = s.latent("pair_w", zero, c(1.0))
         demand = log_demand.exp()
         sens = sensitivity(log_demand, sens_eps, sens_loc, sens_slope, sens_scale)
         # The likelihoods, to the power temper (each reader scales their log densities).
@@ -530,7 +538,7 @@ class InterferenceNet(PyroModule):
                 pressure(log_demand, log_intensity), sens, threshold, job, co, share,
                 pair_u, pair_w,
             ) + reference_level(iso_bias, job, share)
-            s.speeds(dist.StudentT(c(h.speed_df, dt, dev), loc, speed_noise), log_y)
+            s.speeds(dist.StudentT(c(h.speed_df), loc, speed_noise), log_y)
         if metric.shape[0] > 0:
             mu = counter_mean(demand, member_idx, member_n, metric_res)
             sigma = metric_noise.index_select(-1, metric)
@@ -540,14 +548,6 @@ class InterferenceNet(PyroModule):
                 - 0.5 * n * math.log(2 * math.pi)
                 - (ssd + n * (mean - mu) ** 2) / (2 * sigma**2)
             )
-
-    def _const(self, x: float, dt: torch.dtype, dev: torch.device) -> torch.Tensor:
-        # Constants are made once and reused by every step (they are read-only), which
-        # saves a tensor construction per use.
-        key = (x, dt, dev)
-        if key not in self._consts:
-            self._consts[key] = torch.tensor(x, dtype=dt, device=dev)
-        return self._consts[key]
 
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
