@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from interplace.errors import InputError, check_output_file
+from interplace.errors import InputError, check_output_file, is_int
 
 
 def test_a_writable_new_file_passes(tmp_path: Path) -> None:
@@ -33,3 +34,18 @@ def test_bad_output_paths_are_one_line_errors(
     monkeypatch.setattr(os, "access", lambda *_: False)
     with pytest.raises(InputError, match=f"cannot write to {tmp_path}: permission denied"):
         check_output_file(tmp_path / "out.csv")
+
+
+@pytest.mark.parametrize(
+    ("value", "low", "expected"),
+    [
+        (0, None, True), (-5, None, True), (5, 5, True), (4, 5, False), (0, 0, True),
+        (-1, 0, False),
+        # A bool is an int to Python, never a count here; floats and numpy integers are
+        # refused, not cast (the error then names the value as given).
+        (True, None, False), (False, 0, False), (2.0, None, False), (2.0, 1, False),
+        (np.int64(3), None, False), ("3", None, False), (None, None, False),
+    ],
+)
+def test_is_int(value: object, low: int | None, expected: bool) -> None:
+    assert is_int(value, low) is expected

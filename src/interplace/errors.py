@@ -13,13 +13,14 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeGuard
 
 __all__ = [
     "InputError",
     "atomic_write",
     "check_output_file",
     "first_line",
+    "is_int",
     "parse_json",
     "read_input",
     "read_json",
@@ -47,6 +48,23 @@ def first_line(exc: BaseException) -> str:
     """
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def is_int(value: object, low: int | None = None) -> TypeGuard[int]:
+    """Whether ``value`` is a Python ``int``, and at least ``low`` when ``low`` is given.
+
+    The test behind every integer argument's one-line error: a ``bool`` is an ``int`` to
+    Python but never a count here, and a float (even ``2.0``) or a numpy integer is refused
+    rather than silently cast.
+
+    >>> is_int(3), is_int(3, 1), is_int(0, 1), is_int(-2)
+    (True, True, False, True)
+    >>> is_int(True), is_int(2.0), is_int("2")
+    (False, False, False)
+    """
+    return isinstance(value, int) and not isinstance(value, bool) and (
+        low is None or value >= low
+    )
 
 
 def _umask() -> int:

@@ -62,7 +62,7 @@ from interplace.collectors.host import HostSampler
 from interplace.collectors.nvml import GpuCounterBackend, PynvmlSampler
 from interplace.collectors.sampler import SampleSummary, sample
 from interplace.collectors.workloads import BUILTINS, PROGRESS_TAG, UNIT_TAG, WAIT_GO_ENV
-from interplace.errors import InputError, atomic_write, first_line, read_input
+from interplace.errors import InputError, atomic_write, first_line, is_int, read_input
 
 __all__ = [
     "MODES",
@@ -528,7 +528,7 @@ def profile(
         raise InputError("workload names must be unique")
     if device not in ("cuda", "cpu"):
         raise InputError(f"device must be 'cuda' or 'cpu', got {device!r}")
-    if isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0:
+    if not is_int(gpu, 0):
         raise InputError(f"gpu must be a GPU index (an integer >= 0), got {gpu!r}")
     modes = list(dict.fromkeys(modes))
     if not modes:

@@ -57,7 +57,7 @@ from interplace.collectors.table import (
     _read_parquet,
     validate_samples,
 )
-from interplace.errors import InputError, atomic_write, check_output_file
+from interplace.errors import InputError, atomic_write, check_output_file, is_int
 
 __all__ = [
     "SampleSummary",
@@ -296,7 +296,7 @@ def check_arguments(interval_s: float, duration_s: float | None, chunk_rows: int
                          f"got {interval_s!r}")
     if duration_s is not None and not (math.isfinite(duration_s) and duration_s > 0):
         raise InputError(f"the duration must be a positive number of seconds, got {duration_s!r}")
-    if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
+    if not is_int(chunk_rows, 1):
         raise InputError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
     if host is not None and not host:
         raise InputError("the host name must not be empty")

@@ -128,7 +128,7 @@ import numpy as np
 import pandas as pd
 
 from interplace.datasets.runs import MODES, CoLocationData
-from interplace.errors import InputError
+from interplace.errors import InputError, is_int
 
 __all__ = [
     "DEFAULT_NOISE_METRIC",
@@ -414,7 +414,7 @@ def synthetic(
         isinstance(cross_gpu, int | float) and 0 <= cross_gpu <= 1
     ):
         raise InputError(f"cross_gpu must be a probability in [0, 1], not {cross_gpu!r}")
-    if isinstance(pair_rank, bool) or not isinstance(pair_rank, int) or pair_rank < 0:
+    if not is_int(pair_rank, 0):
         raise InputError(f"pair_rank must be an integer >= 0, not {pair_rank!r}")
     if not (isinstance(pair_scale, int | float) and math.isfinite(pair_scale) and pair_scale >= 0):
         raise InputError(f"pair_scale must be a finite number >= 0, not {pair_scale!r}")

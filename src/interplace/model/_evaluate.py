@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from interplace.datasets.runs import CoLocationData
-from interplace.errors import InputError
+from interplace.errors import InputError, is_int
 from interplace.model._data import FamilySpec, select_mode, subset_runs
 from interplace.model._fit import fit
 from interplace.model._fitted import InterferenceModel, Query, SpeedPosterior
@@ -100,7 +100,7 @@ def cold_split(
     Their isolated runs and counters stay in training, so the model knows them only from
     running alone. Returns the training data, the held-out rows and the cold jobs.
     """
-    if isinstance(cold_jobs, bool) or not isinstance(cold_jobs, int) or cold_jobs < 1:
+    if not is_int(cold_jobs, 1):
         raise InputError(f"cold jobs must be an integer >= 1, not {cold_jobs!r}")
     rows = colocated_rows(data)
     candidates = sorted(rows["job"].unique().tolist())

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from interplace._parallel import one_blas_thread, spawn_map
 from interplace.datasets.runs import CoLocationData
-from interplace.errors import InputError
+from interplace.errors import InputError, is_int
 from interplace.model._cells import measured_pairs
 from interplace.model._coldscale import (
     align_cold_demand,
@@ -658,29 +658,27 @@ def fit(
     """
     if not isinstance(data, CoLocationData):
         raise InputError(f"fit needs CoLocationData, not {type(data).__name__}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
+    if not is_int(seed):
         raise InputError(f"seed must be an integer, not {seed!r}")
     for name, value, low in (("steps", steps, 1), ("min_steps", min_steps, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        if not is_int(value, low):
             raise InputError(f"{name} must be an integer >= {low}, not {value!r}")
     if not (isinstance(lr, int | float) and math.isfinite(lr) and lr > 0):
         raise InputError(f"lr must be a finite number > 0, not {lr!r}")
     resources = tuple(resources)
     if not resources or len(set(resources)) != len(resources):
         raise InputError(f"resources must be distinct and at least one, not {resources!r}")
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+    if not is_int(rank, 0):
         raise InputError(f"rank must be an integer >= 0, not {rank!r}")
     if not isinstance(measured, bool):
         raise InputError(f"measured must be True or False, not {measured!r}")
-    if restarts is not None and (
-        isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 1
-    ):
+    if restarts is not None and not is_int(restarts, 1):
         raise InputError(f"restarts must be an integer >= 1, not {restarts!r}")
     if temper is not None and (isinstance(temper, bool) or not (
         isinstance(temper, int | float) and math.isfinite(temper) and temper > 0
     )):
         raise InputError(f"temper must be a finite number > 0, not {temper!r}")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+    if not is_int(workers, 1):
         raise InputError(f"workers must be an integer >= 1, not {workers!r}")
     if not isinstance(cold_scale, bool):
         raise InputError(f"cold_scale must be True or False, not {cold_scale!r}")

@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 
 from interplace.datasets.runs import CoLocationData
-from interplace.errors import InputError
+from interplace.errors import InputError, is_int
 from interplace.model._cells import MeasuredPairs, seeded_gamma, spread_draws
 from interplace.model._data import METRIC_RESOURCE, counters_from_samples, family_index
 from interplace.model._net import (
@@ -164,7 +164,7 @@ _BATCH_DRAW_QUERIES = 2**17
 
 
 def _check_num_samples(num_samples: object) -> None:
-    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 2:
+    if not is_int(num_samples, 2):
         raise InputError(f"num_samples must be an integer >= 2, not {num_samples!r}")
 
 
@@ -227,7 +227,7 @@ class InterferenceModel:
         if not self.resources:
             raise InputError("a model needs at least one resource")
         k = self.components
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        if not is_int(k, 1):
             raise InputError(f"components must be an integer >= 1, not {k!r}")
         lead = (k,) if k > 1 else ()
         if len(self.metrics) != len(self.full_scale):
@@ -422,9 +422,7 @@ class InterferenceModel:
         (torch.Size([500, 2]), 1.0)
         """
         qs = list(queries)
-        if batch_size is not None and (
-            isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
-        ):  # refused before any drawing
+        if batch_size is not None and not is_int(batch_size, 1):  # refused before any drawing
             raise InputError(f"batch_size must be a positive integer, not {batch_size!r}")
         d, press, sens, noise, offset, spread = self._prepare(num_samples, seed)
         if batch_size is None:
@@ -784,7 +782,7 @@ class InterferenceModel:
             full_scale = tuple(float(f) for f in meta["full_scale"])
             info = dict(meta.get("info", {}))
             components = meta.get("components", 1) if version >= 6 else 1
-            if isinstance(components, bool) or not isinstance(components, int):
+            if not is_int(components):
                 raise InputError(f"{meta_path}: components must be an integer, not {components!r}")
             try:
                 return cls(

@@ -16,6 +16,8 @@ import pyro.distributions as dist
 import torch
 from pyro.nn import PyroModule
 
+from interplace.errors import is_int
+
 __all__ = [
     "FAMILY_SITES",
     "KAPPA",
@@ -378,7 +380,7 @@ class InterferenceNet(PyroModule):
         temper: float = 1.0,
     ) -> None:
         super().__init__()
-        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        if not is_int(rank, 0):
             raise ValueError(f"rank must be an integer >= 0, not {rank!r}")
         if not (math.isfinite(temper) and temper > 0):
             raise ValueError(f"temper must be a finite number > 0, not {temper!r}")

@@ -48,7 +48,7 @@ from pyro.infer import MCMC, NUTS
 from pyro.infer.autoguide.initialization import init_to_value
 from pyro.ops.stats import split_gelman_rubin
 
-from interplace.errors import InputError
+from interplace.errors import InputError, is_int
 from interplace.model._net import SUPPORT, InterferenceNet
 
 __all__ = ["Nuts"]
@@ -81,7 +81,7 @@ class Nuts:
     def __post_init__(self) -> None:
         for name, low in (("chains", 1), ("warmup", 1), ("draws", 1), ("max_tree_depth", 1)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            if not is_int(value, low):
                 raise InputError(f"NUTS {name} must be an integer >= {low}, not {value!r}")
         if self.max_tree_depth > _MAX_DEPTH:
             raise InputError(

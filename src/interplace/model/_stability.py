@@ -98,7 +98,7 @@ from tqdm.auto import tqdm
 
 from interplace._parallel import spawn_map
 from interplace.datasets.runs import CoLocationData
-from interplace.errors import InputError, atomic_write
+from interplace.errors import InputError, atomic_write, is_int
 from interplace.model._data import FamilySpec, select_mode
 from interplace.model._evaluate import colocated_rows, holdout_split, row_queries, score
 from interplace.model._fit import fit
@@ -624,11 +624,9 @@ def _check_options(
         ("steps", steps, 1),
         ("num_samples", num_samples, 10),
     ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        if not is_int(value, low):
             raise InputError(f"{name} must be an integer >= {low}, not {value!r}")
-    if workers is not None and (
-        isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
-    ):
+    if workers is not None and not is_int(workers, 1):
         raise InputError(f"workers must be an integer >= 1, not {workers!r}")
     if not (isinstance(fraction, int | float) and 0 < fraction < 1):
         raise InputError(f"fraction must be in (0, 1), not {fraction!r}")

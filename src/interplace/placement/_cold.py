@@ -111,7 +111,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from interplace.errors import InputError
+from interplace.errors import InputError, is_int
 from interplace.model import METRIC_FULL_SCALE, METRIC_RESOURCE, InterferenceModel
 from interplace.model._cells import extended_pairs
 from interplace.model._coldscale import MIN_READING, readings_array, warm_families
@@ -256,7 +256,7 @@ def _with_borrowed_effects(
     if model.measured is None or old is None:
         return grown
     seed = model.info.get("seed")
-    if isinstance(seed, bool) or not isinstance(seed, int):
+    if not is_int(seed):
         raise InputError(f"this model's info['seed'] is not an integer: {seed!r}")
     added = model.info.get("cold_jobs", [])
     if not isinstance(added, list) or not set(added) <= set(model.jobs):
@@ -480,7 +480,7 @@ def _sample_counts(
 ) -> dict[str, int]:
     """Each new job's sample count per reading (``samples`` of :func:`with_cold_jobs`)."""
     default = model.info.get("isolated_samples", 1)
-    if isinstance(default, bool) or not isinstance(default, int) or default < 1:
+    if not is_int(default, 1):
         raise InputError(f"this model's info['isolated_samples'] is not a count: {default!r}")
     if samples is None:
         return dict.fromkeys(reads, default)
@@ -493,7 +493,7 @@ def _sample_counts(
     out = {}
     for job in reads:
         n = given.get(job, default)
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        if not is_int(n, 1):
             raise InputError(f"cold job {job!r}: samples must be a whole number >= 1, not {n!r}")
         out[job] = n
     return out

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from interplace.errors import InputError
+from interplace.errors import InputError, is_int
 from interplace.model import DOMAIN_RESOURCES, Query, shared_resources
 from interplace.placement._comm import comm_time
 from interplace.placement._sources import SpeedSource
@@ -159,13 +159,13 @@ class Problem:
         min_gain: float | None = None,
         reserved: Mapping[str, int] | None = None,
     ) -> None:
-        if isinstance(max_per_gpu, bool) or not isinstance(max_per_gpu, int) or max_per_gpu < 1:
+        if not is_int(max_per_gpu, 1):
             raise InputError(f"max_per_gpu must be an integer >= 1, not {max_per_gpu!r}")
         if objective not in OBJECTIVES:
             raise InputError(
                 f"unknown objective {objective!r} (choose from {', '.join(OBJECTIVES)})"
             )
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+        if not is_int(num_samples, 1):
             raise InputError(f"num_samples must be an integer >= 1, not {num_samples!r}")
         self.topology = topology
         self.source = source
@@ -238,7 +238,7 @@ class Problem:
             if g not in self.gpu_index:
                 raise InputError(f"reserved slots on GPU {g!r}, which topology {topology.name!r} "
                                  "lacks")
-            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            if not is_int(n, 0):
                 raise InputError(f"reserved slots on GPU {g} must be an integer >= 0")
             self.reserved[self.gpu_index[g]] = n
         self._share_ok = self._share_rule(can_share)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from interplace.errors import InputError
+from interplace.errors import InputError, is_int
 
 __all__ = [
     "DEFAULT_COMM_SHARE",
@@ -76,7 +76,7 @@ class Job:
     def __post_init__(self) -> None:
         _check_name(self.job_id, "job_id")
         _check_name(self.job, f"job {self.job_id}: job type")
-        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
+        if not is_int(self.gpus, 1):
             raise InputError(f"job {self.job_id}: gpus must be an integer >= 1, not {self.gpus!r}")
         if self.family is not None:
             _check_name(self.family, f"job {self.job_id}: family")
@@ -100,7 +100,7 @@ class Job:
             object.__setattr__(self, "counters", tuple(sorted(pairs)) or None)
         n = self.counter_samples
         if n is not None:
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            if not is_int(n, 1):
                 raise InputError(
                     f"job {self.job_id}: counter_samples must be a whole number >= 1, not {n!r}"
                 )

@@ -59,7 +59,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from interplace.errors import InputError
+from interplace.errors import InputError, is_int
 from interplace.placement._problem import RISK_QUANTILE, Problem, SpeedCache, State
 from interplace.placement._sources import SpeedSource
 from interplace.placement._types import Job
@@ -332,7 +332,7 @@ def train_policy(
         raise InputError(f"features must be 'model' or 'types', not {features!r}")
     for name, value, low in (("episodes", episodes, 1), ("rollouts", rollouts, 2),
                              ("hidden", hidden, 2), ("num_samples", num_samples, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        if not is_int(value, low):
             raise InputError(f"{name} must be an integer >= {low}, not {value!r}")
     lo, hi = jobs_per_episode
     if not (1 <= lo <= hi):
@@ -486,7 +486,7 @@ def load_policy(directory: str | os.PathLike[str]) -> RLPolicy:
         raise InputError(f"{meta_path}: the policy was trained on other features")
     type_tuple = None if types is None else tuple(types)
     hidden = meta.get("hidden")
-    if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 2:
+    if not is_int(hidden, 2):
         raise InputError(f"{meta_path}: hidden must be an integer >= 2, not {hidden!r}")
     try:
         tensors = load_file(str(weights))

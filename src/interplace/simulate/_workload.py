@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from interplace.datasets import JobTrace
-from interplace.errors import InputError
+from interplace.errors import InputError, is_int
 
 __all__ = [
     "SimJob",
@@ -59,7 +59,7 @@ class SimJob:
             raise InputError("a job needs an id")
         if not (math.isfinite(self.arrival_s) and self.arrival_s >= 0):
             raise InputError(f"job {self.job_id}: arrival must be finite and >= 0")
-        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
+        if not is_int(self.gpus, 1):
             raise InputError(f"job {self.job_id}: gpus must be an integer >= 1")
         if not (math.isfinite(self.work_s) and self.work_s > 0):
             raise InputError(f"job {self.job_id}: work must be finite and > 0")

@@ -55,7 +55,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Literal, Protocol, cast, runtime_checkable
 
-from interplace.errors import InputError, atomic_write, parse_json, read_json
+from interplace.errors import InputError, atomic_write, is_int, parse_json, read_json
 from interplace.topology._graph import Topology, TopologyBuilder
 from interplace.topology._pci import CLASS_BASE_NETWORK, CLASS_PCI_BRIDGE, format_busid
 from interplace.topology._units import nvlink_link_gbps, parse_gts, pcie_gbps
@@ -308,7 +308,7 @@ class ReplayBackend:
             raise InputError(f"malformed {what}: {where}.busid must be a string")
         if not isinstance(name, str):
             raise InputError(f"malformed {what}: {where}.name must be a string")
-        if isinstance(mem, bool) or not isinstance(mem, int) or mem < 0:
+        if not is_int(mem, 0):
             raise InputError(f"malformed {what}: {where}.memory_bytes must be a non-negative "
                              f"integer")
         if not isinstance(links, list):
@@ -319,7 +319,7 @@ class ReplayBackend:
             if not isinstance(lk, Mapping):
                 raise InputError(f"malformed {what}: {at} must be an object")
             idx, remote, rtype = lk.get("link"), lk.get("remote_busid"), lk.get("remote_type")
-            if isinstance(idx, bool) or not isinstance(idx, int) or idx < 0:
+            if not is_int(idx, 0):
                 raise InputError(f"malformed {what}: {at}.link must be a non-negative integer")
             if not isinstance(remote, str):
                 raise InputError(f"malformed {what}: {at}.remote_busid must be a string")

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from interplace.errors import InputError
+from interplace.errors import InputError, is_int
 from interplace.placement.bo._space import Choice, Constraint, Int, Point, Space
 
 if TYPE_CHECKING:
@@ -103,12 +103,11 @@ class GpuSplit:
     def __post_init__(self) -> None:
         if not isinstance(self.jobs, tuple) or not self.jobs:
             raise InputError("a GPU split needs at least one job")
-        if isinstance(self.capacity, bool) or not isinstance(self.capacity, int) or \
-                self.capacity < 0:
+        if not is_int(self.capacity, 0):
             raise InputError(f"capacity must be an integer >= 0, not {self.capacity!r}")
         opts = self.options
         if (not isinstance(opts, tuple) or not opts or len(set(opts)) != len(opts)
-                or any(isinstance(o, bool) or not isinstance(o, int) or o < 0 for o in opts)):
+                or any(not is_int(o, 0) for o in opts)):
             raise InputError(f"options must be distinct GPU counts >= 0, not {opts!r}")
         for j in self.jobs:
             t = self.throughput.get(j)
@@ -197,7 +196,7 @@ class CoLocation:
     def __post_init__(self) -> None:
         if not isinstance(self.jobs, tuple) or not self.jobs:
             raise InputError("a co-location needs at least one job")
-        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
+        if not is_int(self.gpus, 1):
             raise InputError(f"gpus must be an integer >= 1, not {self.gpus!r}")
         if self.weights is not None and (
                 len(self.weights) != len(self.jobs)

@@ -43,7 +43,7 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
-from interplace.errors import InputError, read_json
+from interplace.errors import InputError, is_int, read_json
 
 __all__ = [
     "Choice",
@@ -98,7 +98,7 @@ class Int:
         _check_name(self.name)
         for k in ("low", "high"):
             v = getattr(self, k)
-            if isinstance(v, bool) or not isinstance(v, int):
+            if not is_int(v):
                 raise InputError(f"parameter {self.name!r}: {k} must be an integer, not {v!r}")
         if self.low > self.high:
             raise InputError(f"parameter {self.name!r}: low {self.low} must not exceed high "

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from interplace.errors import InputError, first_line
+from interplace.errors import InputError, first_line, is_int
 from interplace.placement.bo._space import Point, Space
 from interplace.placement.bo._trials import Trial, TrialsFile
 
@@ -70,13 +70,11 @@ class Tuner:
                  budget: int | None = None) -> None:
         if not isinstance(space, Space):
             raise InputError(f"space must be a Space, not {type(space).__name__}")
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        if not is_int(seed, 0):
             raise InputError(f"seed must be an integer >= 0, not {seed!r}")
-        if n_init is not None and (isinstance(n_init, bool) or not isinstance(n_init, int)
-                                   or n_init < 1):
+        if n_init is not None and not is_int(n_init, 1):
             raise InputError(f"n_init must be an integer >= 1, not {n_init!r}")
-        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int)
-                                   or budget < 0):
+        if budget is not None and not is_int(budget, 0):
             raise InputError(f"budget must be an integer >= 0, not {budget!r}")
         self.space = space
         self.maximize = bool(maximize)
@@ -151,7 +149,7 @@ class Tuner:
         no repeats); after that, and once two trials succeeded, the GP's acquisition picks
         them. Every point is inside the space and satisfies its constraints.
         """
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        if not is_int(n, 1):
             raise InputError(f"n must be an integer >= 1, not {n!r}")
         if self.remaining is not None:
             n = min(n, self.remaining)
@@ -286,9 +284,9 @@ def _optimize(objective: Callable[[Point], object], space: Space, budget: int, s
               maximize: bool, n_init: int | None, batch: int, noisy: bool,
               catch: tuple[type[BaseException], ...], out: str | os.PathLike[str] | None,
               ) -> Result:
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+    if not is_int(budget, 0):
         raise InputError(f"budget must be an integer >= 0, not {budget!r}")
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+    if not is_int(batch, 1):
         raise InputError(f"batch must be an integer >= 1, not {batch!r}")
     kw: dict[str, Any] = {"maximize": maximize, "seed": seed, "n_init": n_init,
                           "noisy": noisy, "budget": budget}
