@@ -324,6 +324,13 @@ def check_state(problem: Problem, st: State) -> None:
                 raise RuntimeError("policy state is inconsistent")
 
 
+def _interval(x: torch.Tensor, dim: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The 5% and 95% quantiles of ``x`` along ``dim`` (all of it by default): the 90%
+    interval every :class:`Placement` reports."""
+    q = torch.quantile(x, torch.tensor([0.05, 0.95], dtype=x.dtype), dim=dim)
+    return q[0], q[1]
+
+
 def to_placement(problem: Problem, st: State, *, policy: str, decision_s: float) -> Placement:
     """The :class:`Placement` of state ``st``: per-job predictions and the objective."""
     jobs: list[JobPlacement] = []
@@ -334,8 +341,8 @@ def to_placement(problem: Problem, st: State, *, policy: str, decision_s: float)
     bounds: dict[int, tuple[float, float]] = {}
     if rows:
         meas = torch.stack([problem.measured_draws(h) for h in rows])
-        qs = torch.quantile(meas, torch.tensor([0.05, 0.95], dtype=meas.dtype), dim=1)
-        bounds = dict(zip(rows, zip(qs[0].tolist(), qs[1].tolist(), strict=True), strict=True))
+        q05s, q95s = _interval(meas, dim=1)
+        bounds = dict(zip(rows, zip(q05s.tolist(), q95s.tolist(), strict=True), strict=True))
     for (i, where), h in zip(placed, handles, strict=True):
         q05, q95 = bounds[h]
         jobs.append(
@@ -353,8 +360,8 @@ def to_placement(problem: Problem, st: State, *, policy: str, decision_s: float)
         problem.jobs[i] for i in problem.new_instances() if st.where[i] is None
     )
     if handles:
-        per_draw = problem.per_draw(handles)
-        lo, hi = torch.quantile(per_draw, torch.tensor([0.05, 0.95], dtype=per_draw.dtype)).tolist()
+        lo_t, hi_t = _interval(problem.per_draw(handles))
+        lo, hi = float(lo_t), float(hi_t)
         value = problem.value(st)
     else:
         value = lo = hi = 0.0

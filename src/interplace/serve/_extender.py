@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from interplace.errors import InputError
 from interplace.placement import (
@@ -58,6 +58,18 @@ __all__ = ["NEUTRAL_SCORE", "Book", "Booking", "Extender"]
 _View = tuple[Topology, ClusterState, dict[str, int], tuple[object, ...]]
 
 log = logging.getLogger("interplace.serve")
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _remember(cache: dict[_K, _V], key: _K, value: _V, limit: int) -> None:
+    """``cache[key] = value``, the whole cache dropped first once it holds more than ``limit``
+    entries: a long-running extender meets ever new node states, and the ones in use come back
+    at the next request."""
+    if len(cache) > limit:
+        cache.clear()
+    cache[key] = value
 
 NEUTRAL_SCORE = 5
 """The score of every node for a pod the model cannot score."""
@@ -204,9 +216,7 @@ class Extender:
         if hit is not None and hit[0] == version:
             return hit[1]
         view = self._build_view(node)
-        if len(self._views) > 100_000:
-            self._views.clear()
-        self._views[node] = (version, view)
+        _remember(self._views, node, (version, view), 100_000)
         return view
 
     def _build_view(self, node: str) -> _View | None:
@@ -270,9 +280,7 @@ class Extender:
                          max_per_gpu=self.max_per_gpu, reserved=reserved, seed=self.seed,
                          num_samples=self._cache.num_samples,
                          cache=self._cache).objective if state.running else 0.0
-            if len(self._base) > 50_000:
-                self._base.clear()
-            self._base[state_key] = base
+            _remember(self._base, state_key, base, 50_000)
         p = place(topo, self.model, [job], state, policy=self.policy,
                   max_per_gpu=self.max_per_gpu, reserved=reserved, seed=self.seed,
                   num_samples=self._cache.num_samples, cache=self._cache)
@@ -280,9 +288,7 @@ class Extender:
         if not p.pending:
             gain = p.objective - base
             result = (gain, p.assignment()[job.job_id])
-        if len(self._scores) > 50_000:
-            self._scores.clear()
-        self._scores[key] = result
+        _remember(self._scores, key, result, 50_000)
         return result
 
     # ------------------------------------------------------------- verbs
