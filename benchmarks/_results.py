@@ -1,4 +1,5 @@
-"""Writing a benchmark's results: JSON, atomically (a run cut short leaves no partial file).
+"""Writing a benchmark's results: JSON, atomically (a run cut short leaves no partial file);
+and running a snippet against another checkout's ``src`` in a fresh process.
 
 Imported by the scripts beside it (``python benchmarks/<name>.py`` puts this folder first on
 ``sys.path``).
@@ -7,7 +8,10 @@ Imported by the scripts beside it (``python benchmarks/<name>.py`` puts this fol
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -35,3 +39,30 @@ def report(rows: list[Any], summary: Any, out: str | Path | None, *, rows_key: s
         save_json(results, out)
     print(json.dumps(summary, indent=1))
     return results
+
+
+def start_snippet(
+    src: Path, code: str, argv: Sequence[str], cwd: str | Path, *, one_thread: bool = False
+) -> subprocess.Popen[str]:
+    """Start ``python -c code argv...`` in a fresh process that imports interplace from
+    ``src`` (``PYTHONPATH``), in ``cwd``; with ``one_thread``, its BLAS libraries on one
+    thread (two such processes on two cores otherwise stall each other). Read its result
+    with :func:`snippet_result`."""
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    if one_thread:
+        env.update({"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *argv],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+    )
+
+
+def snippet_result(proc: subprocess.Popen[str], failed: str) -> dict[str, Any]:
+    """The JSON object a :func:`start_snippet` process printed last, once it has exited;
+    when it failed, exits with ``failed`` and the last line of its stderr."""
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        last = (err.strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"{failed}: {last}")
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result

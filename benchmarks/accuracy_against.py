@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from _results import save_json
+from _results import save_json, snippet_result, start_snippet
 
 SPLITS = ("lucid-random", "lucid-cold", "v100-random", "p100-random", "k80-random")
 
@@ -59,22 +58,13 @@ print(json.dumps({"mae": r["mae"], "coverage_90": r["coverage_90"],
 def _start(
     src: Path, split: str, seed: int, lucid: Path, one_thread: bool
 ) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    if one_thread:
-        env.update({"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
-    return subprocess.Popen(
-        [sys.executable, "-c", _EVAL, split, str(seed), str(lucid)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=lucid.anchor,
+    return start_snippet(
+        src, _EVAL, [split, str(seed), str(lucid)], lucid.anchor, one_thread=one_thread
     )
 
 
 def _result(proc: subprocess.Popen[str], src: Path) -> dict[str, Any]:
-    out, err = proc.communicate()
-    if proc.returncode != 0:
-        last = (err.strip().splitlines() or ["no output"])[-1]
-        raise SystemExit(f"accuracy_against: a fit with {src} failed: {last}")
-    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    return result
+    return snippet_result(proc, f"accuracy_against: a fit with {src} failed")
 
 
 def main() -> None:

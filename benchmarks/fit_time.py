@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from _results import save_json
+from _results import save_json, snippet_result, start_snippet
 
 _FIT = r"""
 import json, sys, time
@@ -44,16 +42,8 @@ print(json.dumps({"seconds": dt, "steps": m.info["steps"],
 
 
 def _fit_once(src: Path, lucid: Path, seed: int, family: str) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    out = subprocess.run(
-        [sys.executable, "-c", _FIT, str(lucid), str(seed), family],
-        env=env, capture_output=True, text=True, cwd=lucid.anchor, check=False,
-    )
-    if out.returncode != 0:
-        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
-        raise SystemExit(f"fit_time: fit with {src} failed: {last}")
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
+    proc = start_snippet(src, _FIT, [str(lucid), str(seed), family], lucid.anchor)
+    return snippet_result(proc, f"fit_time: fit with {src} failed")
 
 
 def main() -> None:
