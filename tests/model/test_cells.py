@@ -452,8 +452,8 @@ def test_the_offsets_meet_every_reachable_target(pair: bool) -> None:
 @pytest.mark.parametrize("pair", [False, True])
 def test_offsets_solved_for_some_pairs_are_those_of_the_whole_grid(pair: bool) -> None:
     # extended_pairs solves the new jobs' pairs only: each pair's root is its own, so a
-    # subset gives the whole grid's offsets there (to the solver's tolerance: the bisection
-    # sees the same values; only summation order may differ) and leaves the rest at 0.
+    # subset gives the whole grid's offsets there (to the solver's tolerance: each pair's
+    # iterates are its own; only summation order may differ) and leaves the rest at 0.
     draws, base, target = _spread_targets(pair, seed=7)
     full = _solve_offsets(draws, target)
     cells = torch.tensor([1, 7, 8, int(base.numel()) - 1])
