@@ -449,6 +449,33 @@ def test_the_offsets_meet_every_reachable_target(pair: bool) -> None:
     assert float(offset[2, 3]) == OFFSET_BOUND
 
 
+@settings(max_examples=25, deadline=None)
+@given(
+    pair=st.booleans(), draws_seed=st.integers(0, 2**16), target_seed=st.integers(0, 2**16),
+    spread=st.floats(0.01, 2.0),
+)
+def test_the_offsets_meet_any_reachable_target_from_any_start(
+    pair: bool, draws_seed: int, target_seed: int, spread: float
+) -> None:
+    # The search starts every pair at offset 0 and relies on its bracket to stay safe; targets
+    # from a hair to two units of log speed away from the structure's pairs (far ones
+    # unreachable, near ones a Newton step away) must each end at the target (reachable: to
+    # the solver's 1e-10, with room for summation order) or at the bound on its side.
+    draws = _random_draws(pair, seed=draws_seed)
+    base = pair_log_speed(draws)
+    g = torch.Generator().manual_seed(target_seed)
+    target = base + spread * torch.randn(base.shape, generator=g, dtype=torch.float64)
+    offset = _solve_offsets(draws, target)
+    reached = pair_log_speed(draws, offset)
+    slowest = pair_log_speed(draws, torch.full_like(base, OFFSET_BOUND))
+    fastest = pair_log_speed(draws, torch.full_like(base, -OFFSET_BOUND))
+    ok = (target < fastest) & (target > slowest)
+    gap = (reached - target)[ok].abs()
+    assert gap.numel() == 0 or float(gap.max()) < 1e-9, float(gap.max())
+    assert bool((offset[target >= fastest] == -OFFSET_BOUND).all())
+    assert bool((offset[(target <= slowest) & (target < fastest)] == OFFSET_BOUND).all())
+
+
 @pytest.mark.parametrize("pair", [False, True])
 def test_offsets_solved_for_some_pairs_are_those_of_the_whole_grid(pair: bool) -> None:
     # extended_pairs solves the new jobs' pairs only: each pair's root is its own, so a
