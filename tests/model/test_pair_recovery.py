@@ -131,6 +131,12 @@ def test_the_exact_posterior_finds_the_rank_and_covers_the_pair_effects() -> Non
     # fewer independent ones, sd 0.05, and accept 0.80-0.98 (two sd below, and short of
     # covering nearly everything, which would mean intervals too wide). The mean-field SVI
     # fit covers 0.38-0.62 of these effects (docs/benchmarks.md), far outside.
+    # Measured since (2026-11-29): chains this short are not at the nominal rate on this data
+    # seed. Over fit seeds 0-4 this configuration covers 0.8125 (seed 0, the one below), 0.681,
+    # 0.743, 0.854 and 0.882, so it passes on three of five, and a change to the chains' last
+    # bits alone moved seed 0 to 0.743 (docs/benchmarks.md, "The direct log joint as the
+    # chains' potential"). It stays as written until chains that reach the rate (the library
+    # default, four of 200 + 200: 0.882 here) have their own spread measured.
     data = synthetic(12, seed=DATA_SEEDS[1], pair_rank=TRUE_RANK, pair_scale=PAIR_SCALE,
                      samples_per_run=10)
     settings = Nuts(chains=2, warmup=150, draws=150)
