@@ -26,7 +26,6 @@ the statistic's spread, not as an exact confidence level.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -35,16 +34,16 @@ from typing import Any
 import numpy as np
 from _results import report
 
+from interplace.errors import InputError, read_json
+
 
 def _rows(path: Path) -> list[dict[str, Any]]:
     """The per-seed rows of ``path`` (its ``splits`` list); exits with a one-line error on a
     file that is missing, not JSON, or has no such rows."""
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        sys.exit(f"{path}: no such file")
-    except (OSError, json.JSONDecodeError) as e:
-        sys.exit(f"{path}: not readable JSON ({e})")
+        data = read_json(path, "benchmark results")
+    except InputError as e:
+        sys.exit(str(e))
     rows = data.get("splits") if isinstance(data, dict) else None
     if not isinstance(rows, list) or not rows:
         sys.exit(f"{path}: no 'splits' rows (give the JSON of benchmarks/blend_bound.py)")
