@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from interplace.errors import InputError, check_output_file, is_int
+from interplace.errors import InputError, check_output_file, is_int, is_real
 
 
 def test_a_writable_new_file_passes(tmp_path: Path) -> None:
@@ -49,3 +49,35 @@ def test_bad_output_paths_are_one_line_errors(
 )
 def test_is_int(value: object, low: int | None, expected: bool) -> None:
     assert is_int(value, low) is expected
+
+
+@pytest.mark.parametrize(
+    ("value", "finite", "expected"),
+    [
+        (0, True, True), (-2.5, True, True), (1e308, True, True), (np.float64(0.5), True, True),
+        # NaN and the infinities only when the caller asks for them (its own message).
+        (float("nan"), True, False), (float("inf"), True, False), (-float("inf"), True, False),
+        (float("nan"), False, True), (float("inf"), False, True),
+        # A bool is never a number here; strings, None and numpy's narrower floats are
+        # refused, not cast.
+        (True, True, False), (False, False, False), ("1.5", True, False), (None, False, False),
+        (np.float32(0.5), True, False), (np.int64(3), True, False),
+    ],
+)
+def test_is_real(value: object, finite: bool, expected: bool) -> None:
+    assert is_real(value, finite=finite) is expected
+
+
+
+def test_a_bool_is_not_a_number_where_it_was_taken_as_one() -> None:
+    # Three arguments that took True as 1 before they shared is_real (2026-11-29).
+    from interplace.datasets import synthetic
+    from interplace.model import fit
+    from interplace.placement import MeasuredSpeeds
+
+    with pytest.raises(InputError, match="lr must be a finite number > 0, not True"):
+        fit(synthetic(3, seed=0), lr=True)
+    with pytest.raises(InputError, match="measured speed of 'a' next to 'b' is True"):
+        MeasuredSpeeds({("a", "b"): True})
+    with pytest.raises(InputError, match=r"multiplex_frac must be in \[0, 1\], not True"):
+        synthetic(3, seed=0, multiplex_frac=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ __all__ = [
     "check_output_file",
     "first_line",
     "is_int",
+    "is_real",
     "parse_json",
     "read_input",
     "read_json",
@@ -64,6 +66,24 @@ def is_int(value: object, low: int | None = None) -> TypeGuard[int]:
     """
     return isinstance(value, int) and not isinstance(value, bool) and (
         low is None or value >= low
+    )
+
+
+def is_real(value: object, *, finite: bool = True) -> TypeGuard[float]:
+    """Whether ``value`` is a Python ``int`` or ``float`` (and finite, unless ``finite=False``).
+
+    The test behind every numeric argument's one-line error, :func:`is_int`'s twin: a
+    ``bool`` is never a number here, and neither is a string such as ``"1.5"``. NaN and the
+    infinities are refused unless ``finite=False`` (for callers with their own message for
+    them). Range checks stay with the caller.
+
+    >>> is_real(1), is_real(0.5), is_real(float("nan")), is_real(float("inf"), finite=False)
+    (True, True, False, True)
+    >>> is_real(True), is_real("1.5"), is_real(None)
+    (False, False, False)
+    """
+    return isinstance(value, int | float) and not isinstance(value, bool) and (
+        not finite or math.isfinite(value)
     )
 
 

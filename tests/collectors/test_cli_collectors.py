@@ -100,9 +100,21 @@ def test_collect_notes_unsupported_gpu_metrics_once(
     nv = _fake_gpus_without_pcie_counters()
     nv.fail[(0, "nvmlDeviceGetPowerUsage")] = pynvml.NVML_ERROR_NOT_SUPPORTED
     monkeypatch.setattr(collect_module, "PynvmlSampler", lambda: PynvmlSampler(nv))
+    # The fallback rate appears from a GPU's second read on, so the ticks run on a fake clock:
+    # on the wall clock a loaded machine's first read can outlast the whole 0.1 s (seen once,
+    # 2026-11-29, with only that one read written).
+    t = [0.0]
+
+    def tick(seconds: float) -> None:
+        t[0] += seconds
+
+    real_sample = collect_module.sample
+    monkeypatch.setattr(collect_module, "sample", lambda *a, **k: real_sample(
+        *a, **{**k, "clock": lambda: t[0], "sleep": tick}))
     out = tmp_path / "s.csv"
     code, _, err = run(capsys, "collect", "--out", str(out), "--duration", "0.1",
                        "--interval-ms", "20")  # fmt: skip
+    assert t[0] == pytest.approx(0.08)  # five ticks (0, 0.02, ... 0.08), all on the fake clock
     assert code == 0
     note = "interplace: note: GPU 0 does not report pcie_rx_bytes_total, pcie_tx_bytes_total, "
     assert err.count(note + "power_mw\n") == 1

@@ -47,13 +47,12 @@ next read is measured from this one. PCIe totals are emitted on every read, rate
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
 
-from interplace.errors import InputError, parse_json, read_json
+from interplace.errors import InputError, is_real, parse_json, read_json
 
 __all__ = [
     "DeviceLost",
@@ -387,7 +386,7 @@ class ReplayGpuBackend:
             raise InputError(f"malformed {self.what}: {where} must be an object or null")
         out: dict[str, float] = {}
         for k, v in r.items():
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            if not is_real(v):
                 raise InputError(f"malformed {self.what}: {where}.{k} must be a finite number")
             out[str(k)] = float(v)
         return out

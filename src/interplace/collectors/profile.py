@@ -62,7 +62,7 @@ from interplace.collectors.host import HostSampler
 from interplace.collectors.nvml import GpuCounterBackend, PynvmlSampler
 from interplace.collectors.sampler import SampleSummary, sample
 from interplace.collectors.workloads import BUILTINS, PROGRESS_TAG, UNIT_TAG, WAIT_GO_ENV
-from interplace.errors import InputError, atomic_write, first_line, is_int, read_input
+from interplace.errors import InputError, atomic_write, first_line, is_int, is_real, read_input
 
 __all__ = [
     "MODES",
@@ -537,8 +537,7 @@ def profile(
         if m not in MODES:
             raise InputError(f"unknown mode {m!r} (modes: {', '.join(MODES)})")
     for name, v, zero_ok in (("warmup", warmup_s, True), ("measure", measure_s, False)):
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or (
-                v < 0 if zero_ok else v <= 0):
+        if not is_real(v) or (v < 0 if zero_ok else v <= 0):
             kind = "non-negative" if zero_ok else "positive"
             raise InputError(f"the {name} time must be a {kind} number of seconds, got {v!r}")
     out = Path(out_dir)

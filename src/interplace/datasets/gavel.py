@@ -70,7 +70,7 @@ from typing import Any
 import pandas as pd
 
 from interplace.datasets.runs import CoLocationData, read_runs
-from interplace.errors import InputError
+from interplace.errors import InputError, is_real
 
 __all__ = [
     "GAVEL_COMMIT",
@@ -118,7 +118,7 @@ def _parse_key(key: str, where: str) -> tuple[str, int]:
 
 
 def _rate(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not is_real(value, finite=False):
         raise InputError(f"{where}: throughput {value!r} is not a number")
     rate = float(value)
     if not math.isfinite(rate) or rate < 0:

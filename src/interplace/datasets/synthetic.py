@@ -128,7 +128,7 @@ import numpy as np
 import pandas as pd
 
 from interplace.datasets.runs import MODES, CoLocationData
-from interplace.errors import InputError, is_int
+from interplace.errors import InputError, is_int, is_real
 
 __all__ = [
     "DEFAULT_NOISE_METRIC",
@@ -260,11 +260,11 @@ def _check_args(
     if pairs not in _PAIRS:
         raise InputError(f"pairs must be one of {', '.join(_PAIRS)}, not {pairs!r}")
     for name, x in (("noise_speed", noise_speed), ("clock_offset_s", clock_offset_s)):
-        if not (isinstance(x, int | float) and math.isfinite(x) and x >= 0):
+        if not (is_real(x) and x >= 0):
             raise InputError(f"{name} must be a finite number >= 0, not {x!r}")
-    if not (isinstance(missing_frac, int | float) and 0 <= missing_frac < 1):
+    if not (is_real(missing_frac) and 0 <= missing_frac < 1):
         raise InputError(f"missing_frac must be in [0, 1), not {missing_frac!r}")
-    if not (isinstance(multiplex_frac, int | float) and 0 <= multiplex_frac <= 1):
+    if not (is_real(multiplex_frac) and 0 <= multiplex_frac <= 1):
         raise InputError(f"multiplex_frac must be in [0, 1], not {multiplex_frac!r}")
     if not resources or len(set(resources)) != len(resources):
         raise InputError(f"resources must be distinct and at least one, not {resources!r}")
@@ -407,16 +407,14 @@ def synthetic(
                 f"noise_metric names {m!r}, not a metric of the chosen resources "
                 f"({', '.join(metrics)})"
             )
-        if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
+        if not (is_real(v) and v >= 0):
             raise InputError(f"noise_metric[{m!r}] must be a finite number >= 0, not {v!r}")
         sigma[m] = float(v)
-    if isinstance(cross_gpu, bool) or not (
-        isinstance(cross_gpu, int | float) and 0 <= cross_gpu <= 1
-    ):
+    if not (is_real(cross_gpu) and 0 <= cross_gpu <= 1):
         raise InputError(f"cross_gpu must be a probability in [0, 1], not {cross_gpu!r}")
     if not is_int(pair_rank, 0):
         raise InputError(f"pair_rank must be an integer >= 0, not {pair_rank!r}")
-    if not (isinstance(pair_scale, int | float) and math.isfinite(pair_scale) and pair_scale >= 0):
+    if not (is_real(pair_scale) and pair_scale >= 0):
         raise InputError(f"pair_scale must be a finite number >= 0, not {pair_scale!r}")
     gpu_ids, gpu_hosts = _placement(gpus, topology)
     cross_cand: list[tuple[int, int, tuple[str, ...]]] = []

@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from interplace.errors import InputError
+from interplace.errors import InputError, is_real
 from interplace.model._data import Counters
 
 __all__ = [
@@ -168,9 +168,7 @@ def readings_array(
         if not isinstance(row, Mapping):
             raise InputError(f"this model's info['isolated_readings'][{job!r}] is not a map")
         for name, value in row.items():
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(
-                value
-            ):
+            if not is_real(value):
                 raise InputError(
                     f"this model's info['isolated_readings'][{job!r}][{name!r}] is not a number"
                 )

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from interplace.datasets.runs import CoLocationData
-from interplace.errors import InputError, is_int
+from interplace.errors import InputError, is_int, is_real
 from interplace.model._data import FamilySpec, select_mode, subset_runs
 from interplace.model._fit import fit
 from interplace.model._fitted import InterferenceModel, Query, SpeedPosterior
@@ -78,7 +78,7 @@ def holdout_split(
     >>> test["run_id"].nunique(), len(_colocated_runs(train))
     (4, 11)
     """
-    if not (isinstance(holdout_frac, int | float) and 0 < holdout_frac < 1):
+    if not (is_real(holdout_frac) and 0 < holdout_frac < 1):
         raise InputError(f"holdout fraction must be in (0, 1), not {holdout_frac!r}")
     runs = _colocated_runs(data)
     if len(runs) < 2:

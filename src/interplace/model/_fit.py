@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from interplace._parallel import one_blas_thread, spawn_map
 from interplace.datasets.runs import CoLocationData
-from interplace.errors import InputError, is_int
+from interplace.errors import InputError, is_int, is_real
 from interplace.model._cells import measured_pairs
 from interplace.model._coldscale import (
     align_cold_demand,
@@ -663,7 +663,7 @@ def fit(
     for name, value, low in (("steps", steps, 1), ("min_steps", min_steps, 0)):
         if not is_int(value, low):
             raise InputError(f"{name} must be an integer >= {low}, not {value!r}")
-    if not (isinstance(lr, int | float) and math.isfinite(lr) and lr > 0):
+    if not (is_real(lr) and lr > 0):
         raise InputError(f"lr must be a finite number > 0, not {lr!r}")
     resources = tuple(resources)
     if not resources or len(set(resources)) != len(resources):
@@ -674,9 +674,7 @@ def fit(
         raise InputError(f"measured must be True or False, not {measured!r}")
     if restarts is not None and not is_int(restarts, 1):
         raise InputError(f"restarts must be an integer >= 1, not {restarts!r}")
-    if temper is not None and (isinstance(temper, bool) or not (
-        isinstance(temper, int | float) and math.isfinite(temper) and temper > 0
-    )):
+    if temper is not None and not (is_real(temper) and temper > 0):
         raise InputError(f"temper must be a finite number > 0, not {temper!r}")
     if not is_int(workers, 1):
         raise InputError(f"workers must be an integer >= 1, not {workers!r}")

@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 
 from interplace.datasets.runs import CoLocationData
-from interplace.errors import InputError, is_int
+from interplace.errors import InputError, is_int, is_real
 from interplace.model._cells import MeasuredPairs, seeded_gamma, spread_draws
 from interplace.model._data import METRIC_RESOURCE, counters_from_samples, family_index
 from interplace.model._net import (
@@ -142,7 +142,7 @@ class SpeedPosterior:
 
     def quantile(self, q: float) -> _FloatArray:
         """The ``q`` quantile of a new measured speed, shape ``(Q,)``."""
-        if not (isinstance(q, int | float) and 0 <= q <= 1):
+        if not (is_real(q) and 0 <= q <= 1):
             raise InputError(f"quantile must be in [0, 1], not {q!r}")
         return torch.quantile(self.measured, float(q), dim=0).numpy()
 

@@ -98,7 +98,7 @@ from tqdm.auto import tqdm
 
 from interplace._parallel import spawn_map
 from interplace.datasets.runs import CoLocationData
-from interplace.errors import InputError, atomic_write, is_int
+from interplace.errors import InputError, atomic_write, is_int, is_real
 from interplace.model._data import FamilySpec, select_mode
 from interplace.model._evaluate import colocated_rows, holdout_split, row_queries, score
 from interplace.model._fit import fit
@@ -628,13 +628,11 @@ def _check_options(
             raise InputError(f"{name} must be an integer >= {low}, not {value!r}")
     if workers is not None and not is_int(workers, 1):
         raise InputError(f"workers must be an integer >= 1, not {workers!r}")
-    if not (isinstance(fraction, int | float) and 0 < fraction < 1):
+    if not (is_real(fraction) and 0 < fraction < 1):
         raise InputError(f"fraction must be in (0, 1), not {fraction!r}")
-    if not (isinstance(threshold, int | float) and math.isfinite(threshold) and threshold > 0):
+    if not (is_real(threshold) and threshold > 0):
         raise InputError(f"threshold must be a finite number > 0, not {threshold!r}")
-    if holdout_frac is not None and not (
-        isinstance(holdout_frac, int | float) and 0 < holdout_frac < 1
-    ):
+    if holdout_frac is not None and not (is_real(holdout_frac) and 0 < holdout_frac < 1):
         raise InputError(f"holdout fraction must be in (0, 1), not {holdout_frac!r}")
     if perturbations is None:
         chosen = tuple(

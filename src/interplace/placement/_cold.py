@@ -111,7 +111,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from interplace.errors import InputError, is_int
+from interplace.errors import InputError, is_int, is_real
 from interplace.model import METRIC_FULL_SCALE, METRIC_RESOURCE, InterferenceModel
 from interplace.model._cells import extended_pairs
 from interplace.model._coldscale import MIN_READING, readings_array, warm_families
@@ -593,7 +593,7 @@ def _per_resource(model: InterferenceModel, key: str) -> torch.Tensor:
             continue
         if (
             not isinstance(values, list | tuple) or len(values) != model.components
-            or not all(isinstance(v, int | float) and math.isfinite(v) for v in values)
+            or not all(is_real(v) for v in values)
         ):
             raise InputError(
                 f"this model's info[{key!r}][{name!r}] is not {model.components} number(s)"
@@ -606,7 +606,7 @@ def _readings(job: str, readings: Mapping[str, float]) -> Iterable[tuple[str, fl
     if not readings:
         raise InputError(f"cold job {job!r} has no counter readings")
     for metric, value in readings.items():
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        if not is_real(value, finite=False):
             raise InputError(f"cold job {job!r}: {metric} reading {value!r} is not a number")
         if not math.isfinite(value) or value < 0:
             raise InputError(f"cold job {job!r}: {metric} reading must be finite and >= 0")

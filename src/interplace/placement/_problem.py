@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from interplace.errors import InputError, is_int
+from interplace.errors import InputError, is_int, is_real
 from interplace.model import DOMAIN_RESOURCES, Query, shared_resources
 from interplace.placement._comm import comm_time
 from interplace.placement._sources import SpeedSource
@@ -169,9 +169,7 @@ class Problem:
             raise InputError(f"num_samples must be an integer >= 1, not {num_samples!r}")
         self.topology = topology
         self.source = source
-        if min_gain is not None and not (
-            isinstance(min_gain, int | float) and math.isfinite(min_gain)
-        ):
+        if min_gain is not None and not is_real(min_gain):
             raise InputError(f"min_gain must be a finite number or None, not {min_gain!r}")
         self.min_gain = None if min_gain is None else float(min_gain)
         self.max_per_gpu = max_per_gpu

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from interplace.errors import InputError
+from interplace.errors import InputError, is_real
 from interplace.model import Query, SpeedPosterior
 
 __all__ = ["MeasuredOverModel", "MeasuredSpeeds", "SpeedSource"]
@@ -67,7 +67,7 @@ class MeasuredSpeeds:
     def __post_init__(self) -> None:
         names: set[str] = set()
         for (a, b), v in self.speed.items():
-            if not isinstance(v, int | float) or not np.isfinite(v) or v < 0:
+            if not (is_real(v) and v >= 0):
                 raise InputError(f"measured speed of {a!r} next to {b!r} is {v!r}")
             names.update((a, b))
         for pair in self.forbidden:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from interplace.errors import InputError, is_int
+from interplace.errors import InputError, is_int, is_real
 
 __all__ = [
     "DEFAULT_COMM_SHARE",
@@ -81,7 +81,7 @@ class Job:
         if self.family is not None:
             _check_name(self.family, f"job {self.job_id}: family")
         c = self.comm_share
-        if isinstance(c, bool) or not isinstance(c, int | float) or not 0 <= c < 1:
+        if not (is_real(c) and 0 <= c < 1):
             raise InputError(f"job {self.job_id}: comm_share must be in [0, 1), not {c!r}")
         if self.counters is not None:
             items = self.counters.items() if isinstance(self.counters, Mapping) else self.counters
@@ -90,9 +90,7 @@ class Job:
                 if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)):
                     raise InputError(f"job {self.job_id}: counters must map metric names to values")
                 name, value = pair
-                if isinstance(value, bool) or not isinstance(value, int | float) or not (
-                    math.isfinite(value) and value >= 0
-                ):
+                if not (is_real(value) and value >= 0):
                     raise InputError(
                         f"job {self.job_id}: counter {name} must be a finite number >= 0"
                     )

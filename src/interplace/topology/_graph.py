@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 import networkx as nx
 
 from interplace._sorting import natural_key
-from interplace.errors import InputError
+from interplace.errors import InputError, is_real
 from interplace.topology._units import DEFAULT_NIC_GBPS, DEFAULT_PCIE_GBPS, DEFAULT_SMP_GBPS
 
 __all__ = [
@@ -94,7 +94,7 @@ _ROUTE_CACHE = 65_536
 
 
 def _positive_bandwidth(value: float, what: str) -> float:
-    if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+    if not (is_real(value) and value > 0):
         raise InputError(
             f"{what}: bandwidth must be a positive finite number of GB/s, got {value!r}"
         )

@@ -43,7 +43,7 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
-from interplace.errors import InputError, is_int, read_json
+from interplace.errors import InputError, is_int, is_real, read_json
 
 __all__ = [
     "Choice",
@@ -67,8 +67,6 @@ RESERVED = ("value", "status", "error")
 """Column names of a trials file after the parameters; no parameter may take them."""
 
 
-def _is_number(v: object) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
 
 
 def _check_name(name: object) -> str:
@@ -131,7 +129,7 @@ class Float:
         _check_name(self.name)
         for k in ("low", "high"):
             v = getattr(self, k)
-            if not _is_number(v) or not math.isfinite(v):
+            if not is_real(v):
                 raise InputError(f"parameter {self.name!r}: {k} must be a finite number, "
                                  f"not {v!r}")
         if not isinstance(self.log, bool):
@@ -165,7 +163,7 @@ class Choice:
         if not isinstance(self.values, tuple) or not self.values:
             raise InputError(f"parameter {self.name!r}: values must be a non-empty list")
         for v in self.values:
-            if not (_is_number(v) or isinstance(v, str)) or (
+            if not (is_real(v, finite=False) or isinstance(v, str)) or (
                     isinstance(v, float) and not math.isfinite(v)):
                 raise InputError(f"parameter {self.name!r}: values must be finite numbers or "
                                  f"strings, not {v!r}")
@@ -182,7 +180,7 @@ class Choice:
     @property
     def ordinal(self) -> bool:
         """True when every value is a number (the GP sees their order and distance)."""
-        return all(_is_number(v) for v in self.values)
+        return all(is_real(v, finite=False) for v in self.values)
 
 
 Param: TypeAlias = Int | Float | Choice
@@ -206,13 +204,13 @@ class Constraint:
             raise InputError("a constraint needs at least one parameter")
         for t in self.terms:
             if (not isinstance(t, tuple) or len(t) != 2 or not isinstance(t[0], str)
-                    or not _is_number(t[1]) or not math.isfinite(t[1])):
+                    or not is_real(t[1])):
                 raise InputError(f"constraint term {t!r} must be (parameter name, finite "
                                  "weight)")
         names = [n for n, _ in self.terms]
         if len(set(names)) != len(names):
             raise InputError(f"constraint names a parameter twice: {', '.join(names)}")
-        if not _is_number(self.max) or not math.isfinite(self.max):
+        if not is_real(self.max):
             raise InputError(f"constraint max must be a finite number, not {self.max!r}")
 
 
@@ -350,7 +348,7 @@ class Space:
                 raise InputError(f"parameter {p.name!r} is missing")
             v = point[p.name]
             if isinstance(p, Int):
-                if not _is_number(v) or not math.isfinite(v) or float(v) != int(v):
+                if not is_real(v) or float(v) != int(v):
                     raise InputError(f"parameter {p.name!r}: {v!r} is not an integer")
                 iv = int(v)
                 if not p.low <= iv <= p.high:
@@ -358,7 +356,7 @@ class Space:
                                      f"{p.high}]")
                 out[p.name] = iv
             elif isinstance(p, Float):
-                if not _is_number(v) or not math.isfinite(v):
+                if not is_real(v):
                     raise InputError(f"parameter {p.name!r}: {v!r} is not a finite number")
                 if not p.low <= v <= p.high:
                     raise InputError(f"parameter {p.name!r}: {v!r} is outside [{p.low}, "
@@ -376,7 +374,7 @@ class Space:
             if isinstance(w, str):
                 if isinstance(v, str) and v == w:
                     return w
-            elif _is_number(v) and float(v) == float(w):  # type: ignore[arg-type]
+            elif is_real(v, finite=False) and float(v) == float(w):
                 return w
         raise InputError(f"parameter {p.name!r}: {v!r} is not one of "
                          f"{', '.join(map(repr, p.values))}")
@@ -569,7 +567,7 @@ def parse_space(obj: Any) -> Space:
             if kind == "int":
                 low, high = item["low"], item["high"]
                 for k, v in (("low", low), ("high", high)):
-                    if not _is_number(v) or not math.isfinite(v) or float(v) != int(v):
+                    if not is_real(v) or float(v) != int(v):
                         raise InputError(f"parameter {label}: {k} must be an integer, not {v!r}")
                 params.append(Int(name, int(low), int(high)))
             elif kind == "float":

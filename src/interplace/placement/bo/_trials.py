@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from interplace.errors import InputError, first_line
+from interplace.errors import InputError, first_line, is_real
 from interplace.placement.bo._space import RESERVED, Point, Space
 
 __all__ = ["Trial", "TrialsFile", "columns"]
@@ -46,9 +46,7 @@ class Trial:
     def __post_init__(self) -> None:
         if not isinstance(self.params, dict):
             raise InputError(f"a trial's params must be a dict, not {self.params!r}")
-        if self.value is not None and (
-                isinstance(self.value, bool) or not isinstance(self.value, int | float)
-                or not math.isfinite(self.value)):
+        if self.value is not None and not is_real(self.value):
             raise InputError(f"a trial's value must be a finite number or None, not "
                              f"{self.value!r}")
         if not isinstance(self.error, str) or "\n" in self.error:

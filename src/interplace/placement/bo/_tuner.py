@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from interplace.errors import InputError, first_line, is_int
+from interplace.errors import InputError, first_line, is_int, is_real
 from interplace.placement.bo._space import Point, Space
 from interplace.placement.bo._trials import Trial, TrialsFile
 
@@ -35,7 +35,7 @@ def _value(value: object) -> tuple[float | None, str]:
         return None, "no value"
     if isinstance(value, str):
         return None, first_line(Exception(value)) if value.strip() else "failed"
-    if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
+    if not (is_real(value, finite=False) or isinstance(value, np.floating | np.integer)):
         raise InputError(f"a trial's value must be a number, None or an error message, not "
                          f"{value!r}")
     v = float(value)
