@@ -122,24 +122,25 @@ def test_the_pair_term_beats_the_mechanism_alone_on_held_out_pairs() -> None:
 
 
 def test_the_exact_posterior_finds_the_rank_and_covers_the_pair_effects() -> None:
-    # fit(nuts=...) on data seed 22: two chains of 150 + 150 draws, each from its own
-    # untempered SVI restart (benchmarks/pair_calibration.py --nuts-start library runs four
-    # of 200 + 200 on both sets). Every chain must keep the true rank, and the pooled 90%
-    # intervals must cover the 144 double-centred effects at about the nominal rate. Were
-    # the effects independent, the share covered would have a binomial sd of
-    # sqrt(0.9 * 0.1 / 144) = 0.025; they share the 12 jobs' factors, so take about four times
-    # fewer independent ones, sd 0.05, and accept 0.80-0.98 (two sd below, and short of
-    # covering nearly everything, which would mean intervals too wide). The mean-field SVI
-    # fit covers 0.38-0.62 of these effects (docs/benchmarks.md), far outside.
-    # Measured since (2026-11-29): chains this short are not at the nominal rate on this data
-    # seed. Over fit seeds 0-4 this configuration covers 0.8125 (seed 0, the one below), 0.681,
-    # 0.743, 0.854 and 0.882, so it passes on three of five, and a change to the chains' last
-    # bits alone moved seed 0 to 0.743 (docs/benchmarks.md, "The direct log joint as the
-    # chains' potential"). It stays as written until chains that reach the rate (the library
-    # default, four of 200 + 200: 0.882 here) have their own spread measured.
+    # fit(nuts=Nuts()) on data seed 22: the library's default, four chains of 200 + 200 draws,
+    # each from its own untempered SVI restart. Every chain must keep the true rank, and the
+    # pooled 90% intervals must cover the 144 double-centred effects near the nominal rate.
+    # The share covered is a property of this data set's effects as much as of the
+    # posterior: over fit seeds 0-4 these chains cover 0.819, 0.854, 0.847, 0.8125 and 0.868
+    # (2026-11-29, benchmarks/nuts_recovery_spread.py; docs/benchmarks.md, "The
+    # exact-posterior recovery test, re-based"), a mean of 0.840 with an sd of 0.024 from
+    # the chains' randomness alone, every chain at rank 2 (seeds 1-4; seed 0 is this test);
+    # on data seed 21 the same fit covered 0.944 (twelfth session), and the two sets average
+    # about the nominal 0.9.
+    # Accept 0.75-0.98: 3.8 measured sd below the mean (an sd from five seeds is itself
+    # uncertain by about a third), and short of covering nearly everything, which would
+    # mean intervals too wide.
+    # The mean-field SVI fit covers 0.38-0.62 of these effects, far outside. The shorter
+    # chains this test ran before (two of 150 + 150) covered 0.68-0.88 over the same fit
+    # seeds: too short to hold still.
     data = synthetic(12, seed=DATA_SEEDS[1], pair_rank=TRUE_RANK, pair_scale=PAIR_SCALE,
                      samples_per_run=10)
-    settings = Nuts(chains=2, warmup=150, draws=150)
+    settings = Nuts()
     model = fit(data, seed=0, nuts=settings, workers=2, measured=False)
     assert model.components == settings.total
     # Component i is draw i // chains of chain i % chains.
@@ -152,4 +153,4 @@ def test_the_exact_posterior_finds_the_rank_and_covers_the_pair_effects() -> Non
     draws = _double_centred(torch.einsum("sjl,skl->sjk", d["pair_u"], d["pair_w"]).numpy())
     low, high = np.quantile(draws, [0.05, 0.95], axis=0)
     covered = float(((truth >= low) & (truth <= high)).mean())
-    assert 0.80 <= covered <= 0.98, covered
+    assert 0.75 <= covered <= 0.98, covered
