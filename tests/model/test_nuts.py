@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import pyro
 import pytest
 import torch
 
@@ -79,26 +80,33 @@ def test_the_fit_is_seeded_and_workers_give_the_same_draws(
     assert not torch.equal(other.posterior["log_demand"][0], sampled.posterior["log_demand"][0])
 
 
-def test_chains_start_at_the_svi_components_untempered_and_seeded(
-    small_data: CoLocationData, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _record_chains(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    """Each chain's ``(net_args, tensors, start, seed)``, recorded as fit runs it."""
     seen: list[tuple[Any, ...]] = []
     real = fit_module.run_chain
 
     def spy(net_args: tuple[Any, ...], tensors: Any, start: dict[str, torch.Tensor],
             settings: Nuts, seed: int, name: str, bar: Any = None) -> Chain:
-        seen.append((net_args[-1], start, seed))
+        seen.append((net_args, tensors, start, seed))
         return real(net_args, tensors, start, settings, seed, name, bar)
 
     monkeypatch.setattr(fit_module, "run_chain", spy)
+    return seen
+
+
+def test_chains_start_at_the_svi_components_untempered_and_seeded(
+    small_data: CoLocationData, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = _record_chains(monkeypatch)
     settings = Nuts(chains=3, warmup=2, draws=1, max_tree_depth=2)
     model = fit(small_data, seed=5, steps=50, min_steps=50, restarts=2, temper=1.5,
                 nuts=settings, cold_scale=False, measured=False)
-    assert [s[0] for s in seen] == [1.0, 1.0, 1.0]  # the exact posterior, not the tempered one
-    assert [s[2] for s in seen] == [restart_seed(5, c) for c in range(3)]
+    # The exact posterior (temper, the network's last argument, 1), not the tempered one.
+    assert [s[0][-1] for s in seen] == [1.0, 1.0, 1.0]
+    assert [s[3] for s in seen] == [restart_seed(5, c) for c in range(3)]
     svi = fit(small_data, seed=5, steps=50, min_steps=50, restarts=2, temper=1.5,
               cold_scale=False, measured=False)
-    for c, (_, start, _) in enumerate(seen):
+    for c, (_, _, start, _) in enumerate(seen):
         loc = svi.posterior["log_demand"][0][c % 2]
         assert torch.equal(start["log_demand"], loc)
         assert torch.equal(start["speed_noise"], svi.posterior["speed_noise"][0][c % 2].exp())
@@ -173,3 +181,36 @@ def test_unless_told_otherwise_each_chain_starts_at_its_own_untempered_restart(
     for c, start in enumerate(starts):
         assert torch.equal(start["log_demand"], svi.posterior["log_demand"][0][c])
     assert not torch.equal(starts[0]["log_demand"], starts[1]["log_demand"])
+
+
+def test_the_chains_potential_is_pyros_from_the_sample_sites(
+    small_data: CoLocationData, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The chains run on InterferenceNet.log_joint, compiled, not on the potential Pyro
+    # derives from the sample sites; at the start and at points around it, near and as far
+    # as a chain wanders, both must give the same energy and gradient (up to float64
+    # rounding over a few hundred terms).
+    from pyro.infer.mcmc.util import initialize_model
+    from pyro.ops.integrator import potential_grad
+
+    from interplace.model._net import InterferenceNet
+    from interplace.model._nuts import potential
+
+    seen = _record_chains(monkeypatch)
+    fit(small_data, seed=0, steps=50, min_steps=50, restarts=1, measured=False,
+        nuts=Nuts(chains=1, warmup=1, draws=2, max_tree_depth=2))
+    net_args, tensors, start, _ = seen[0]
+    with pyro.settings.context(module_local_params=True), pyro.validation_enabled(False):
+        net = InterferenceNet(*net_args)
+        init = {k: v.log() if SUPPORT[k] == "positive" else v for k, v in start.items()}
+        _, pyro_energy, _, _ = initialize_model(net, model_args=tensors)
+        ours = potential(net, tensors, init)
+        gen = torch.Generator().manual_seed(0)
+        for scale in (0.0, 0.01, 0.1, 1.0):
+            z = {k: v + scale * torch.randn(v.shape, generator=gen, dtype=v.dtype)
+                 for k, v in init.items()}
+            g0, v0 = potential_grad(pyro_energy, z)
+            g1, v1 = potential_grad(ours, z)
+            assert math.isclose(float(v0), float(v1), rel_tol=1e-12, abs_tol=1e-9)
+            for k in z:
+                assert torch.allclose(g0[k], g1[k], rtol=1e-10, atol=1e-10), k

@@ -20,10 +20,12 @@ what :meth:`~interplace.model.InterferenceModel.draws` takes for :math:`S \le C 
 chains in equal shares. Zero scales came with model format version 7.
 
 It is slow: each NUTS step takes up to :math:`2^{\text{depth}} - 1` gradients of the log
-joint (about 150-250 at depth 8), compiled once by ``torch.jit.trace`` (2.1 ms a gradient on
-Gavel V100's 26 jobs against 4.6 ms uncompiled), so a chain of 200 warm-up and 200 kept draws
-took 5.5-6 minutes on one core for the 12 jobs of the synthetic recovery sets and 5-6.5 minutes
-for Gavel's 26 jobs (about 9 uncompiled). The chains are independent, and
+joint (about 150-250 at depth 8), compiled once by ``torch.jit.trace`` (:func:`potential`:
+2.1 ms a leapfrog step on Gavel V100's 26 jobs; on Pyro's own compiled potential 2.5 ms, and
+4.6 ms a gradient uncompiled), so a chain of 200 warm-up and 200 kept draws took 5.5-6
+minutes on one core for the 12 jobs of the synthetic recovery sets and 5-6.5 minutes for
+Gavel's 26 jobs on Pyro's potential (about 9 uncompiled), about a sixth less on
+:func:`potential`. The chains are independent, and
 ``fit(workers=N)`` runs them in :math:`N` processes: four chains on two cores, about 11 minutes
 a Gavel fit. What it buys
 (``docs/benchmarks.md``, "NUTS as a fit option, opt-in"): on synthetic data with a known
@@ -39,13 +41,13 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pyro
 import torch
 from pyro.infer import MCMC, NUTS
-from pyro.infer.autoguide.initialization import init_to_value
 from pyro.ops.stats import split_gelman_rubin
 
 from interplace.errors import InputError, is_int
@@ -55,6 +57,7 @@ __all__ = ["Nuts"]
 
 _MAX_DEPTH = 12
 _JIT = callable(getattr(torch.jit, "trace", None))
+_TRACER_WARNING: type[Warning] = getattr(torch.jit, "TracerWarning", UserWarning)
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,50 @@ def start_values(
     return out
 
 
+def potential(
+    net: InterferenceNet, tensors: tuple[torch.Tensor, ...], example: dict[str, torch.Tensor]
+) -> Callable[[dict[str, torch.Tensor]], torch.Tensor]:
+    r"""NUTS's potential energy, :math:`-\log p(z, y)` at unconstrained latent values ``z``
+    (a dict shaped as ``example``): :meth:`~interplace.model._net.InterferenceNet.log_joint`,
+    untempered when ``net`` is. A ``positive`` site's LogNormal prior is a Normal one on its
+    log, and the Jacobian of the log transform cancels the density's :math:`-\log x`, so
+    this is the potential Pyro derives from the model's sample sites, without Pyro's tracing:
+    the same value, gradients equal to rounding (within 2e-12 where they reach 1e4;
+    ``tests/model/test_nuts.py``).
+
+    It is compiled once by ``torch.jit.trace`` with the sites as its arguments (where a torch
+    has ``jit.trace``). In a chain, per leapfrog step with the sampler's own work: 2.2 ms on
+    the recovery set of seed 21 and 2.1 ms on Gavel V100, against 2.6 and 2.5 ms on Pyro's
+    compiled potential (``docs/benchmarks.md``, "NUTS as a fit option").
+    """
+    names = list(example)
+
+    def sites_potential(*values: torch.Tensor) -> torch.Tensor:
+        return -net.log_joint(dict(zip(names, values, strict=True)), *tensors)
+
+    compiled: Callable[..., torch.Tensor] = sites_potential
+    if _JIT:
+        args = tuple(example[k].detach().requires_grad_() for k in names)
+        with warnings.catch_warnings():
+            # The network's constants (torch.tensor of Python floats) are constants of the
+            # trace, as they should be; the tracer warns about every one. torch 2.13
+            # deprecates jit.trace with a DeprecationWarning, 2.14 with a FutureWarning;
+            # where a torch has no jit.trace, the potential runs uncompiled.
+            warnings.filterwarnings("ignore", category=_TRACER_WARNING)
+            for category in (DeprecationWarning, FutureWarning):
+                warnings.filterwarnings(
+                    "ignore", message=r"`torch\.jit\.trace` is deprecated", category=category
+                )
+            compiled = torch.jit.trace(  # type: ignore[no-untyped-call]
+                sites_potential, args, check_trace=False
+            )
+
+    def energy(z: dict[str, torch.Tensor]) -> torch.Tensor:
+        return compiled(*(z[k] for k in names))
+
+    return energy
+
+
 def run_chain(
     net_args: tuple[Any, ...],
     tensors: tuple[torch.Tensor, ...],
@@ -154,36 +201,28 @@ def run_chain(
         torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []),
         pyro.settings.context(module_local_params=True),
         pyro.validation_enabled(False),
-        warnings.catch_warnings(),
     ):
-        # torch 2.13 deprecates it with a DeprecationWarning, 2.14 with a FutureWarning.
-        for category in (DeprecationWarning, FutureWarning):
-            warnings.filterwarnings(
-                "ignore", message=r"`torch\.jit\.trace` is deprecated", category=category
-            )
         torch.manual_seed(seed)
         net = InterferenceNet(*net_args)
+        init = {k: (v.log() if SUPPORT[k] == "positive" else v).to(dev) for k, v in start.items()}
         kernel = NUTS(  # type: ignore[no-untyped-call]
-            net,
-            init_strategy=init_to_value(values={k: v.to(dev) for k, v in start.items()}),
+            potential_fn=potential(net, tensors, init),
             max_tree_depth=settings.max_tree_depth,
-            # The log joint and its gradient compiled once by torch.jit.trace: 2.1 ms a
-            # gradient on Gavel V100's network against 4.6 ms traced by Pyro every time.
-            # torch deprecates jit.trace (for torch.compile, which Pyro's NUTS does not
-            # take); where a torch has none, the chain runs uncompiled.
-            jit_compile=_JIT,
-            ignore_jit_warnings=True,
         )
         mcmc = MCMC(  # type: ignore[no-untyped-call]
             kernel,
             num_samples=settings.draws,
             warmup_steps=settings.warmup,
+            initial_params=init,
             disable_progbar=True,
             hook_fn=hook,
         )
-        mcmc.run(*tensors)
+        mcmc.run()
         raw: dict[str, torch.Tensor] = mcmc.get_samples()  # type: ignore[no-untyped-call]
-    samples = {k: v.detach().to("cpu", torch.float64) for k, v in raw.items()}
+    samples = {
+        k: (v.exp() if SUPPORT[k] == "positive" else v).detach().to("cpu", torch.float64)
+        for k, v in raw.items()
+    }
     if not all(bool(torch.isfinite(v).all()) for v in samples.values()):
         raise InputError(f"{name}: a NUTS chain (seed {seed}) drew non-finite values")
     divergences = len(diag.get("divergences", []))
