@@ -8,7 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from interplace.datasets import synthetic
 from interplace.errors import InputError, check_output_file, is_int, is_real
+from interplace.model import fit
+from interplace.placement import MeasuredSpeeds
 
 
 def test_a_writable_new_file_passes(tmp_path: Path) -> None:
@@ -71,10 +74,6 @@ def test_is_real(value: object, finite: bool, expected: bool) -> None:
 
 def test_a_bool_is_not_a_number_where_it_was_taken_as_one() -> None:
     # Three arguments that took True as 1 before they shared is_real (2026-11-29).
-    from interplace.datasets import synthetic
-    from interplace.model import fit
-    from interplace.placement import MeasuredSpeeds
-
     with pytest.raises(InputError, match="lr must be a finite number > 0, not True"):
         fit(synthetic(3, seed=0), lr=True)
     with pytest.raises(InputError, match="measured speed of 'a' next to 'b' is True"):
