@@ -253,9 +253,9 @@ def _check_args(
         ("gpus", gpus, 1),
         ("samples_per_run", samples_per_run, 0),
     ):
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+        if not is_int(value, low):
             raise InputError(f"{name} must be an integer >= {low}, not {value!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
+    if not is_int(seed):
         raise InputError(f"seed must be an integer, not {seed!r}")
     if pairs not in _PAIRS:
         raise InputError(f"pairs must be one of {', '.join(_PAIRS)}, not {pairs!r}")
