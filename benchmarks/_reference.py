@@ -15,15 +15,14 @@ import torch
 
 from interplace.datasets import CoLocationData
 from interplace.model import InterferenceModel
-from interplace.model._net import SUPPORT
+from interplace.model._net import SUPPORT, constrained
 
 
 def medians(model: InterferenceModel) -> dict[str, torch.Tensor]:
     """Each latent's posterior median, constrained (the guide's location, exponentiated for
     the positive sites); of a mixture posterior's first component (the fit from the model's
     own seed)."""
-    return {k: (loc.exp() if SUPPORT[k] == "positive" else loc)
-            for k, loc in _locations(model).items()}
+    return {k: constrained(k, loc) for k, loc in _locations(model).items()}
 
 
 def _locations(model: InterferenceModel) -> dict[str, torch.Tensor]:
@@ -104,8 +103,8 @@ def posterior_mode(model: InterferenceModel, data: CoLocationData,
     tensors = _tensors(model, data)
     free = {k: loc.clone().requires_grad_() for k, loc in _locations(model).items()}
 
-    def constrained() -> dict[str, torch.Tensor]:
-        return {k: v.exp() if SUPPORT[k] == "positive" else v for k, v in free.items()}
+    def values() -> dict[str, torch.Tensor]:
+        return {k: constrained(k, v) for k, v in free.items()}
 
     with pyro.settings.context(module_local_params=True), pyro.validation_enabled(False):
         net = InterferenceNet(len(model.jobs), len(model.resources),
@@ -113,7 +112,7 @@ def posterior_mode(model: InterferenceModel, data: CoLocationData,
         opt = torch.optim.Adam(list(free.values()), lr=0.01)
         for _ in range(steps):
             opt.zero_grad()
-            trace = poutine.trace(poutine.condition(net, data=constrained())).get_trace(*tensors)
+            trace = poutine.trace(poutine.condition(net, data=values())).get_trace(*tensors)
             jacobian = torch.stack(
                 [v.sum() for k, v in free.items() if SUPPORT[k] == "positive"]
             ).sum()
@@ -122,7 +121,7 @@ def posterior_mode(model: InterferenceModel, data: CoLocationData,
             loss = -(log_joint + jacobian)
             loss.backward()  # type: ignore[no-untyped-call]
             opt.step()
-    return {k: v.detach().unsqueeze(0) for k, v in constrained().items()}
+    return {k: v.detach().unsqueeze(0) for k, v in values().items()}
 
 
 @dataclass(frozen=True)

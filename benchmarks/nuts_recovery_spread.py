@@ -95,7 +95,7 @@ def main() -> None:
         sys.exit(str(e))
     if args.workers < 1:
         sys.exit(f"--workers {args.workers}: give at least 1")
-    if args.fit_seeds and min(args.fit_seeds) < 0:
+    if min(args.fit_seeds) < 0:
         sys.exit("--fit-seeds: give seeds >= 0")
     rows = []
     for seed in args.fit_seeds:

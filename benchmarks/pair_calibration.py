@@ -76,7 +76,7 @@ from _results import save_json
 from interplace.datasets import CoLocationData, synthetic
 from interplace.model import InterferenceModel, Nuts, fit
 from interplace.model._data import Observations, observations_from_runs
-from interplace.model._net import SUPPORT, log_speed, pressure, reference_level, sensitivity
+from interplace.model._net import constrained, log_speed, pressure, reference_level, sensitivity
 
 _Array = np.ndarray[Any, Any]
 
@@ -189,7 +189,7 @@ def _library_chains(data: CoLocationData, n: int, chains: int,
     chain, and the fit's ``info["nuts"]``."""
     model = fit(data, seed=0, measured=False, nuts=Nuts(chains=chains, warmup=n, draws=n),
                 workers=workers)
-    flat = {k: (loc.exp() if SUPPORT[k] == "positive" else loc).to(torch.float64)
+    flat = {k: constrained(k, loc).to(torch.float64)
             for k, (loc, _) in model.posterior.items()}
     # Component i of the pooled model is draw i // chains of chain i % chains.
     runs = [{k: v[c::chains] for k, v in flat.items()} for c in range(chains)]

@@ -27,6 +27,7 @@ from interplace.model._net import (
     SUPPORT,
     Hyper,
     cell_sum,
+    constrained,
     counter_mean,
     log_speed,
     member_slots,
@@ -317,7 +318,7 @@ class InterferenceModel:
                 loc, scale = loc.expand(num_samples, *loc.shape), scale
             eps = torch.randn(loc.shape, generator=gen, dtype=torch.float64)
             z = loc + scale * eps
-            out[name] = z.exp() if SUPPORT[name] == "positive" else z
+            out[name] = constrained(name, z)
         return out
 
     def speed_noise(self) -> float:

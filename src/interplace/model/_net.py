@@ -27,6 +27,7 @@ __all__ = [
     "Hyper",
     "InterferenceNet",
     "cell_sum",
+    "constrained",
     "counter_mean",
     "gather_pairs",
     "log_speed",
@@ -35,6 +36,7 @@ __all__ = [
     "reference_level",
     "sensitivity",
     "site_names",
+    "unconstrained",
 ]
 
 KAPPA = 12.0
@@ -84,6 +86,17 @@ the spread of each component's victim factors (its shrinkage)."""
 
 SUPPORT: dict[str, str] = {**SITES, **FAMILY_SITES, **PAIR_SITES}
 """Every latent site's support, whichever groups a model has."""
+
+
+def constrained(name: str, z: torch.Tensor) -> torch.Tensor:
+    """Site ``name``'s value from its unconstrained one: ``exp(z)`` for a ``positive`` site,
+    ``z`` itself otherwise (the map every posterior draw and NUTS sample goes through)."""
+    return z.exp() if SUPPORT[name] == "positive" else z
+
+
+def unconstrained(name: str, x: torch.Tensor) -> torch.Tensor:
+    """The inverse of :func:`constrained`: ``log(x)`` for a ``positive`` site, else ``x``."""
+    return x.log() if SUPPORT[name] == "positive" else x
 
 
 def site_names(families: bool, pair: bool) -> tuple[str, ...]:
@@ -611,7 +624,7 @@ class _DirectSites:
     def latent(self, name: str, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         z = self.latent_values[name]
         self.total = self.total + normal_log_density(z, loc, scale)
-        return z.exp() if SUPPORT[name] == "positive" else z
+        return constrained(name, z)
 
     def speeds(self, d: dist.StudentT, log_y: torch.Tensor) -> None:
         self.total = self.total + self.temper * d.log_prob(log_y).sum()

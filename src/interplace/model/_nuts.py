@@ -51,7 +51,7 @@ from pyro.infer import MCMC, NUTS
 from pyro.ops.stats import split_gelman_rubin
 
 from interplace.errors import InputError, is_int
-from interplace.model._net import SUPPORT, InterferenceNet
+from interplace.model._net import InterferenceNet, constrained, unconstrained
 
 __all__ = ["Nuts"]
 
@@ -117,7 +117,7 @@ def start_values(
     out = {}
     for name, (loc, _) in posterior.items():
         value = loc[k] if components > 1 else loc
-        out[name] = value.exp() if SUPPORT[name] == "positive" else value
+        out[name] = constrained(name, value)
     return out
 
 
@@ -204,7 +204,7 @@ def run_chain(
     ):
         torch.manual_seed(seed)
         net = InterferenceNet(*net_args)
-        init = {k: (v.log() if SUPPORT[k] == "positive" else v).to(dev) for k, v in start.items()}
+        init = {k: unconstrained(k, v).to(dev) for k, v in start.items()}
         kernel = NUTS(  # type: ignore[no-untyped-call]
             potential_fn=potential(net, tensors, init),
             max_tree_depth=settings.max_tree_depth,
@@ -220,7 +220,7 @@ def run_chain(
         mcmc.run()
         raw: dict[str, torch.Tensor] = mcmc.get_samples()  # type: ignore[no-untyped-call]
     samples = {
-        k: (v.exp() if SUPPORT[k] == "positive" else v).detach().to("cpu", torch.float64)
+        k: constrained(k, v).detach().to("cpu", torch.float64)
         for k, v in raw.items()
     }
     if not all(bool(torch.isfinite(v).all()) for v in samples.values()):
@@ -252,7 +252,7 @@ def pooled(
     for name in chains[0].samples:
         stacked = torch.stack([c.samples[name] for c in chains], dim=1)  # (D, C, *shape)
         flat = stacked.reshape(-1, *stacked.shape[2:])
-        loc = flat.log() if SUPPORT[name] == "positive" else flat
+        loc = unconstrained(name, flat)
         posterior[name] = (loc, torch.zeros_like(loc))
     noise = torch.stack([c.samples["speed_noise"] for c in chains])  # (C, D)
     rhat = None
