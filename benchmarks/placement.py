@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -128,42 +129,45 @@ def scale(sizes: list[int], repeats: int, model: InterferenceModel) -> dict[str,
     """Whole-command time of ``interplace place`` and per-job decision times, per size."""
     out: dict[str, Any] = {}
     tmp = Path(tempfile.mkdtemp(prefix="interplace-bench-"))
-    model_dir = model.save(tmp / "model")
-    types = list(model.jobs)
-    for n in sizes:
-        rng = np.random.default_rng(n)
-        jobs = [Job(f"g{k}", types[rng.integers(len(types))], gpus=8) for k in range(n // 2)]
-        jobs += [Job(f"s{k}", types[rng.integers(len(types))]) for k in range(8 * n)]
-        frame = pd.DataFrame({"job_id": [j.job_id for j in jobs], "job": [j.job for j in jobs],
-                              "gpus": [j.gpus for j in jobs]})
-        jobs_path = tmp / f"jobs-{n}.csv"
-        frame.to_csv(jobs_path, index=False)
-        spec = "dgx-a100" if n == 1 else f"dgx-a100*{n}"
-        entry: dict[str, Any] = {"gpus": 8 * n, "jobs": len(jobs)}
-        for policy in ("greedy", "local-search"):
-            times = []
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                subprocess.run(
-                    [sys.executable, "-m", "interplace.cli", "place", "--model", str(model_dir),
-                     "--topology", spec, "--jobs", str(jobs_path), "--policy", policy,
-                     "--out", str(tmp / f"p-{n}.csv")],
-                    check=True, capture_output=True,
-                )
-                times.append(time.perf_counter() - t0)
-            entry[f"{policy}_command_s"] = statistics.median(times)
-            entry[f"{policy}_command_s_all"] = times
-        p = place(builtin(spec), model, jobs, policy="greedy")
-        per_job = np.asarray(p.info["job_seconds"]) * 1000
-        entry["greedy_per_job_ms_median"] = float(np.median(per_job))
-        entry["greedy_per_job_ms_p99"] = float(np.quantile(per_job, 0.99))
-        entry["greedy_decision_s"] = p.decision_s
-        ls = place(builtin(spec), model, jobs, policy="local-search")
-        entry["local_search_decision_s"] = ls.decision_s
-        entry["objective_greedy"] = p.objective
-        entry["objective_local_search"] = ls.objective
-        out[str(n)] = entry
-        print(f"  dgx-a100*{n}: {entry}", file=sys.stderr)
+    try:
+        model_dir = model.save(tmp / "model")
+        types = list(model.jobs)
+        for n in sizes:
+            rng = np.random.default_rng(n)
+            jobs = [Job(f"g{k}", types[rng.integers(len(types))], gpus=8) for k in range(n // 2)]
+            jobs += [Job(f"s{k}", types[rng.integers(len(types))]) for k in range(8 * n)]
+            frame = pd.DataFrame({"job_id": [j.job_id for j in jobs], "job": [j.job for j in jobs],
+                                  "gpus": [j.gpus for j in jobs]})
+            jobs_path = tmp / f"jobs-{n}.csv"
+            frame.to_csv(jobs_path, index=False)
+            spec = "dgx-a100" if n == 1 else f"dgx-a100*{n}"
+            entry: dict[str, Any] = {"gpus": 8 * n, "jobs": len(jobs)}
+            for policy in ("greedy", "local-search"):
+                times = []
+                for _ in range(repeats):
+                    t0 = time.perf_counter()
+                    subprocess.run(
+                        [sys.executable, "-m", "interplace.cli", "place", "--model", str(model_dir),
+                         "--topology", spec, "--jobs", str(jobs_path), "--policy", policy,
+                         "--out", str(tmp / f"p-{n}.csv")],
+                        check=True, capture_output=True,
+                    )
+                    times.append(time.perf_counter() - t0)
+                entry[f"{policy}_command_s"] = statistics.median(times)
+                entry[f"{policy}_command_s_all"] = times
+            p = place(builtin(spec), model, jobs, policy="greedy")
+            per_job = np.asarray(p.info["job_seconds"]) * 1000
+            entry["greedy_per_job_ms_median"] = float(np.median(per_job))
+            entry["greedy_per_job_ms_p99"] = float(np.quantile(per_job, 0.99))
+            entry["greedy_decision_s"] = p.decision_s
+            ls = place(builtin(spec), model, jobs, policy="local-search")
+            entry["local_search_decision_s"] = ls.decision_s
+            entry["objective_greedy"] = p.objective
+            entry["objective_local_search"] = ls.objective
+            out[str(n)] = entry
+            print(f"  dgx-a100*{n}: {entry}", file=sys.stderr)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -71,12 +72,14 @@ def main() -> None:
     ap.add_argument("--model", help="a saved model directory (default: fit Gavel V100, seed 0)")
     args = ap.parse_args()
     deadline = time.monotonic() + 600
+    scratch: Path | None = None  # the fitted model's directory, removed at the end
     if args.model:
         model_dir = Path(args.model)
         model = InterferenceModel.load(model_dir)
     else:
         model = fit(load_gavel("v100").data, seed=0)
-        model_dir = Path(tempfile.mkdtemp(prefix="interplace-serve-")) / "model"
+        scratch = Path(tempfile.mkdtemp(prefix="interplace-serve-"))
+        model_dir = scratch / "model"
         model.save(model_dir)
     types = list(model.jobs)
     nodes = [f"node-{k}" for k in range(args.nodes)]
@@ -87,26 +90,26 @@ def main() -> None:
          "--topology", "dgx-a100", "--standalone", "--port", str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(600):  # wait for it to listen
-        try:
-            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    rng = np.random.default_rng(0)
-    with httpx.Client(base_url=base, timeout=30) as c:  # half the GPUs already run one job
-        for n in nodes:
-            for k in range(4):
-                name = f"{n}-pre{k}"
-                c.post("/filter", json={"Pod": _pod(name, types[int(rng.integers(26))]),
-                                        "Nodes": None, "NodeNames": [n]})
-                r = c.post("/bind", json={"PodName": name, "PodNamespace": "load",
-                                          "PodUID": name, "Node": n})
-                assert r.json()["Error"] == "", r.text
-    out: dict[str, Any] = {"command": " ".join(sys.argv), "nodes": args.nodes,
-                           "gpus": 8 * args.nodes, "latency_ms": {}}
     try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(600):  # wait for it to listen
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        rng = np.random.default_rng(0)
+        with httpx.Client(base_url=base, timeout=30) as c:  # half the GPUs already run one job
+            for n in nodes:
+                for k in range(4):
+                    name = f"{n}-pre{k}"
+                    c.post("/filter", json={"Pod": _pod(name, types[int(rng.integers(26))]),
+                                            "Nodes": None, "NodeNames": [n]})
+                    r = c.post("/bind", json={"PodName": name, "PodNamespace": "load",
+                                              "PodUID": name, "Node": n})
+                    assert r.json()["Error"] == "", r.text
+        out: dict[str, Any] = {"command": " ".join(sys.argv), "nodes": args.nodes,
+                               "gpus": 8 * args.nodes, "latency_ms": {}}
         cold: list[float] = []
         with httpx.Client(base_url=base, timeout=30) as warm:  # warm the score cache once
             for t in types:
@@ -195,6 +198,8 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(timeout=30)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
     if args.out:
         save_json(out, args.out)
 
