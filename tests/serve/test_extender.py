@@ -15,6 +15,7 @@ kubernetes = pytest.importorskip("kubernetes")
 from kubernetes import client  # noqa: E402
 from starlette.testclient import TestClient  # noqa: E402
 
+from interplace.errors import InputError  # noqa: E402
 from interplace.model import InterferenceModel  # noqa: E402
 from interplace.placement import place  # noqa: E402
 from interplace.serve import (  # noqa: E402
@@ -45,6 +46,14 @@ def pod(name: str, job: str | None, gpus: int, ns: str = "ml") -> dict[str, Any]
                 limits=limits))]),
     )
     out: dict[str, Any] = API.sanitize_for_serialization(p)
+    return out
+
+
+def bound(name: str, job: str | None, gpus: int, booked: str, **annotations: str) -> dict[str, Any]:
+    """A pod already running on node n1 on the GPUs ``booked`` (as ``bind`` records them)."""
+    out = pod(name, job, gpus)
+    out["spec"]["nodeName"] = "n1"
+    out["metadata"]["annotations"] = {ANNOTATION_GPUS: booked, **annotations}
     return out
 
 
@@ -170,7 +179,12 @@ def test_a_node_that_costs_anything_scores_below_one_that_costs_nothing() -> Non
     # every node to the top score, and any measurable cost drops a node below it.
     assert node_score(1.04, 1.04) == 10 and node_score(1.04 * (1 - TIE), 1.04) == 10
     assert node_score(1.03, 1.04) == 9 and node_score(0.52, 1.04) == 5
-    assert node_score(-0.2, 1.04) == 0 and node_score(0.3, -0.1) == 0
+    assert node_score(-0.2, 1.04) == 0
+    # Where every node costs more than the pod gains, the scores still rank them, from the
+    # least costly to the most costly in the call (they all scored 0, leaving the choice to
+    # the scheduler's other plugins).
+    assert node_score(-0.25, -0.25, -0.75) == 10 and node_score(-0.75, -0.25, -0.75) == 0
+    assert node_score(-0.5, -0.25, -0.75) == 5 and node_score(-0.3, -0.3, -0.3) == 10
 
 
 def test_filter_reasons_and_unknown_nodes(served: tuple[Any, list[str]]) -> None:
@@ -276,13 +290,9 @@ def test_restart_rebuilds_from_annotations_and_binds_through_api(
     served: tuple[Any, list[str]],
 ) -> None:
     model, jobs = served
-    running = pod("old", jobs[0], 2)
-    running["spec"]["nodeName"] = "n1"
-    running["metadata"]["annotations"] = {ANNOTATION_GPUS: "0,1"}
+    running = bound("old", jobs[0], 2, "0,1")
     running["status"] = {"phase": "Running"}
-    done = pod("done", jobs[1], 1)
-    done["spec"]["nodeName"] = "n1"
-    done["metadata"]["annotations"] = {ANNOTATION_GPUS: "2"}
+    done = bound("done", jobs[1], 1, "2")
     done["status"] = {"phase": "Succeeded"}
     fresh = pod("fresh", jobs[2], 1)
     api = FakeApi([running, done, fresh])
@@ -341,7 +351,8 @@ def test_manifests_match_the_client_models() -> None:
     ext = cfg["extenders"][0]
     assert ext["urlPrefix"].endswith(":8888") and ext["filterVerb"] == "filter"
     assert ext["prioritizeVerb"] == "prioritize" and ext["bindVerb"] == "bind"
-    assert ext["nodeCacheCapable"] is True and ext["ignorable"] is True
+    # interplace binds: an ignorable binder's refusals would be overridden (README).
+    assert ext["nodeCacheCapable"] is True and ext["ignorable"] is False
     assert ext["managedResources"][0]["name"] == "nvidia.com/gpu"
 
 
@@ -366,8 +377,8 @@ def test_new_job_type_with_counters_goes_through_cold_start(
     assert sched.schedule(new, ["n1", "n2"]) == "n2"
     bad = pod("bad", "other-net", 1)
     bad["metadata"]["annotations"] = {KEY_COUNTERS: "gpu_util_pct"}
-    r = http.post("/filter", json={"Pod": bad, "NodeNames": ["n1"]})
-    assert r.status_code == 400 and "metric=number" in r.json()["Error"]
+    kept, failed = sched.filter(bad, ["n1", "n2"])
+    assert kept == [] and all("metric=number" in why for why in failed.values())
     # How many samples the readings are means of travels with them to the cold-start path.
     from interplace.serve import KEY_COUNTER_SAMPLES, parse_pod
 
@@ -378,4 +389,211 @@ def test_new_job_type_with_counters_goes_through_cold_start(
     assert sched.schedule(weighed, ["n1", "n2"]) == "n2"
     weighed["metadata"]["annotations"][KEY_COUNTER_SAMPLES] = "0"
     r = http.post("/filter", json={"Pod": weighed, "NodeNames": ["n1"]})
-    assert r.status_code == 400 and "counter-samples must be a whole number" in r.json()["Error"]
+    assert r.status_code == 200 and r.json()["NodeNames"] == []
+    why = r.json()["FailedAndUnresolvableNodes"]["n1"]
+    assert why.startswith("pod ml/weighed: ") and "counter-samples must be a whole number" in why
+
+
+def test_gpus_of_init_containers_count_as_kube_scheduler_counts_them(
+    served: tuple[Any, list[str]],
+) -> None:
+    # kube-scheduler sends a pod whose only GPUs are an init container's (its managedResources
+    # check reads init containers too): the extender must not take it for a GPU-less pod.
+    def gpus(n: int) -> client.V1ResourceRequirements:
+        return client.V1ResourceRequirements(limits={"nvidia.com/gpu": str(n)})
+
+    def with_inits(*inits: client.V1Container, main: int = 0) -> dict[str, Any]:
+        p = client.V1Pod(
+            metadata=client.V1ObjectMeta(name="i", namespace="ml", uid="uid-i"),
+            spec=client.V1PodSpec(
+                init_containers=list(inits),
+                containers=[client.V1Container(name="main", image="t:1",
+                                               resources=gpus(main))]),
+        )
+        out: dict[str, Any] = API.sanitize_for_serialization(p)
+        return out
+
+    assert parse_pod(with_inits(client.V1Container(name="a", image="t:1",
+                                                   resources=gpus(2)))).gpus == 2
+    # One at a time, before the containers: the largest need counts, not the sum.
+    both = with_inits(client.V1Container(name="a", image="t:1", resources=gpus(3)),
+                      client.V1Container(name="b", image="t:1", resources=gpus(2)), main=1)
+    assert parse_pod(both).gpus == 3
+    # A sidecar (restartPolicy Always) keeps running beside what comes after it.
+    sidecar = with_inits(
+        client.V1Container(name="s", image="t:1", resources=gpus(1), restart_policy="Always"),
+        client.V1Container(name="a", image="t:1", resources=gpus(2)), main=2)
+    assert parse_pod(sidecar).gpus == 3
+    model, _ = served
+    _ext, http = make(model, ["n1"])
+    sched = FakeScheduler(http)
+    huge = with_inits(client.V1Container(name="a", image="t:1", resources=gpus(9)))
+    kept, failed = sched.filter(huge, ["n1"])
+    assert kept == [] and "needs 9 GPUs" in failed["n1"]
+
+
+def test_a_pod_with_malformed_annotations_is_refused_with_its_reason_and_still_booked(
+    served: tuple[Any, list[str]],
+) -> None:
+    # One pod's bad annotation must not stop the service: it is refused where it asks to be
+    # placed (the reason shows on the pod), and counted where it runs (it holds its GPUs).
+    model, jobs = served
+    running = bound("odd", jobs[0], 1, "3", **{"interplace.io/comm-share": "high"})
+    unreadable = {"metadata": {"namespace": "ml"}, "spec": {"nodeName": "n1"}}
+    plain = bound("plain", jobs[1], 1, "4")
+    ext, http = make(model, ["n1"], max_per_gpu=1)
+    sync = KubeSync(FakeApi([running, unreadable, plain]), ext)
+    assert sync.restore() == "7"
+    assert ext.snapshot()["nodes"] == {"n1": {"ml/odd": "3", "ml/plain": "4"}}
+    assert ext.book.pods["ml/odd"].job is None and ext.book.pods["ml/plain"].job is not None
+    # Both booked GPUs are full under max-per-gpu=1, whatever the odd pod's annotations say.
+    assert ext._fits(parse_pod(pod("x", jobs[2], 6)), "n1") is None
+    assert "6 of 8 GPUs" in (ext._fits(parse_pod(pod("y", jobs[2], 7)), "n1") or "")
+    ext.observe("MODIFIED", running)  # no raise
+    with pytest.raises(InputError, match=r"metadata\.name"):
+        ext.observe("ADDED", unreadable)
+    new = pod("new", jobs[2], 1)
+    new["metadata"]["annotations"] = {"interplace.io/comm-share": "1.5"}
+    r = http.post("/filter", json={"Pod": new, "Nodes": None, "NodeNames": ["n1"]})
+    assert r.status_code == 200 and r.json()["NodeNames"] == []
+    assert "comm-share must be in [0, 1)" in r.json()["FailedAndUnresolvableNodes"]["n1"]
+    assert set(FakeScheduler(http).prioritize(new, ["n1"]).values()) == {
+        NEUTRAL_SCORE * WEIGHT * 10}
+    r = http.post("/bind", json={"PodName": "new", "PodNamespace": "ml", "Node": "n1"})
+    assert "comm-share must be in [0, 1)" in r.json()["Error"]
+    assert "ml/new" not in ext.snapshot()["nodes"]["n1"]
+
+
+def test_a_pod_recreated_under_its_name_replaces_the_old_booking(
+    served: tuple[Any, list[str]],
+) -> None:
+    # A StatefulSet recreates its pod under the same name with a new UID. The old pod's
+    # booking must not block the new one's bind, and a late deletion event of the old pod
+    # must not free the new one's GPUs.
+    model, jobs = served
+    old = bound("w-0", jobs[0], 1, "5")
+    old["metadata"]["uid"] = "uid-old"
+    ext, http = make(model, ["n1"])
+    KubeSync(FakeApi([old]), ext).restore()
+    new = pod("w-0", jobs[0], 1)
+    new["metadata"]["uid"] = "uid-new"
+    http.post("/filter", json={"Pod": new, "Nodes": None, "NodeNames": ["n1"]})
+    bind = {"PodName": "w-0", "PodNamespace": "ml", "PodUID": "uid-new", "Node": "n1"}
+    assert http.post("/bind", json=bind).json()["Error"] == ""
+    assert ext.book.pods["ml/w-0"].uid == "uid-new"
+    ext.observe("DELETED", old)
+    assert "ml/w-0" in ext.snapshot()["nodes"]["n1"]
+    # The same pod bound twice is still refused.
+    http.post("/filter", json={"Pod": new, "Nodes": None, "NodeNames": ["n1"]})
+    assert "already bound" in http.post("/bind", json=bind).json()["Error"]
+    booked = {**new, "spec": {**new["spec"], "nodeName": "n1"}}
+    ext.observe("DELETED", booked)
+    assert "ml/w-0" not in ext.snapshot().get("nodes", {}).get("n1", {})
+
+
+def test_the_watch_outlives_bad_events_and_failed_lists_and_healthz_tells(
+    served: tuple[Any, list[str]], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model, jobs = served
+    ext, _ = make(model, ["n1"])
+    api = FakeApi([])
+    sync = KubeSync(api, ext, retry_s=0.001, max_retry_s=0.002)
+    http = TestClient(build_app(ext, health=sync.problem))
+    assert http.get("/healthz").json() == {"ok": True}
+    # A list that fails twice is retried until it succeeds; meanwhile problem() says why.
+    calls: list[str | None] = []
+    listing = api.list_pod_for_all_namespaces
+
+    def flaky(**kw: Any) -> dict[str, Any]:
+        calls.append(sync.problem())
+        if len(calls) <= 2:
+            raise ConnectionError("apiserver unreachable")
+        return listing(**kw)
+
+    monkeypatch.setattr(api, "list_pod_for_all_namespaces", flaky)
+    assert sync.relist() == "7" and len(calls) == 3
+    assert calls[0] is None and "apiserver unreachable" in (calls[2] or "")
+    assert sync.problem() is None
+    sync._failing = "listing pods has failed for 40 s"
+    r = http.get("/healthz")
+    assert r.status_code == 503 and r.json() == {"ok": False, "Error": sync._failing}
+    sync._failing = None
+    # An event the book cannot read is left out; the watch goes on to the next one, and
+    # when a watch ends it lists again and watches on.
+    placed = bound("p", jobs[0], 1, "2")
+    streams: list[str | None] = []
+    books: list[Any] = []
+
+    class FakeWatch:
+        def stream(self, func: Any, **kw: Any) -> Any:
+            streams.append(kw.get("resource_version"))
+            if len(streams) == 1:
+                yield {"type": "ADDED", "object": {"metadata": {"resourceVersion": "8"}}}
+                yield {"type": "ADDED", "object": {**placed, "metadata": {
+                    **placed["metadata"], "resourceVersion": "9"}}}
+                books.append(ext.snapshot()["nodes"])
+                raise ConnectionError("watch dropped")
+            sync.stop()
+            return
+
+        def stop(self) -> None:
+            pass
+
+    monkeypatch.setattr(kubernetes.watch, "Watch", FakeWatch)
+    sync.watch("7")
+    assert books == [{"n1": {"ml/p": "2"}}]  # the event after the unreadable one applied
+    assert streams == ["7", "7"]  # the second watch starts from the fresh list's version
+    assert ext.snapshot()["nodes"] == {}  # the fresh list (no pods) replaced the book
+    # A watch thread that has ended makes the service unhealthy.
+    sync2 = KubeSync(api, ext)
+    sync2._thread = threading.Thread(target=lambda: None)
+    sync2._thread.start()
+    sync2._thread.join()
+    assert "stopped" in (sync2.problem() or "")
+
+
+def test_an_empty_node_list_is_a_list(served: tuple[Any, list[str]]) -> None:
+    # Go serialises a NodeList without items as "items": null.
+    model, jobs = served
+    _, http = make(model, ["n1"])
+    r = http.post("/filter", json={"Pod": pod("p", jobs[0], 1),
+                                   "Nodes": {"metadata": {}, "items": None}, "NodeNames": None})
+    assert r.status_code == 200 and r.json()["Nodes"]["items"] == []
+
+
+def test_preempt_keeps_the_nodes_whose_victims_free_enough_slots(
+    served: tuple[Any, list[str]],
+) -> None:
+    # kube-scheduler counts a node's GPUs, not the slots on each: with every GPU full under
+    # max-per-gpu=1, evicting one pod cannot make room for a 2-GPU pod.
+    model, jobs = served
+    _, http = make(model, ["n1"], max_per_gpu=1)
+    sched = FakeScheduler(http)
+    full = [pod(f"f{k}", jobs[k % 4], 1) for k in range(8)]
+    for p in full:
+        assert sched.schedule(p, ["n1"]) == "n1"
+    big = pod("big", jobs[0], 2)
+    cpu_only = pod("cpu", None, 0)
+
+    def meta(*victims: dict[str, Any]) -> dict[str, Any]:
+        return {"Pods": [{"UID": v["metadata"]["uid"]} for v in victims],
+                "NumPDBViolations": 0}
+
+    def offered(victims: dict[str, Any], full_pods: bool = False) -> dict[str, Any]:
+        if full_pods:
+            sent = {"Pod": big, "NodeNameToVictims": {n: {"Pods": list(v), "NumPDBViolations": 0}
+                                                      for n, v in victims.items()},
+                    "NodeNameToMetaVictims": None}
+        else:
+            sent = {"Pod": big, "NodeNameToVictims": None,
+                    "NodeNameToMetaVictims": {n: meta(*v) for n, v in victims.items()}}
+        r = http.post("/preempt", json=sent)
+        assert r.status_code == 200, r.text
+        out: dict[str, Any] = r.json()["NodeNameToMetaVictims"]
+        return out
+
+    assert offered({"n1": [full[0]]}) == {}
+    assert offered({"n1": [full[0], cpu_only]}) == {}  # a pod the book does not hold
+    assert offered({"n1": [full[0], full[1]]}) == {"n1": meta(full[0], full[1])}
+    assert offered({"n1": [full[2], full[3]]}, full_pods=True) == {"n1": meta(full[2], full[3])}
+    assert offered({"n1": [full[2]]}, full_pods=True) == {}

@@ -73,7 +73,8 @@ def _run(args: argparse.Namespace) -> int:
         extender.binder = sync.bind
         extender.fetch_pod = sync.read
         sync.start()
-    uvicorn.run(build_app(extender), host=args.host, port=args.port, log_level="warning")
+    app = build_app(extender, health=None if sync is None else sync.problem)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     if sync is not None:
         sync.stop()
     return 0

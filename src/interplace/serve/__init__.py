@@ -11,8 +11,9 @@ model's own), and its family in ``interplace.io/family``: it is then placed by t
 cold-start path);
 the extender drops nodes it cannot fit, scores
 the rest by the predicted slowdown of the best placement there (for the pod and the pods
-already there), and on ``bind`` records the chosen GPU ids on the pod (``interplace.io/gpus``)
-and creates the Binding.
+already there), on ``bind`` records the chosen GPU ids on the pod (``interplace.io/gpus``)
+and creates the Binding, and on ``preempt`` keeps the candidate nodes whose victims free GPU
+slots enough for the pod.
 The logic is :class:`Extender` (:mod:`._extender`), the HTTP face :func:`build_app`
 (:mod:`._app`, Starlette, the optional extra ``interplace[serve]``), the API server side
 :class:`KubeSync` (:mod:`._kube`, the official ``kubernetes`` client).

@@ -1,16 +1,19 @@
 """The HTTP face: a Starlette app serving the extender verbs as kube-scheduler calls them.
 
 ``POST /filter``, ``/prioritize``, ``/bind``, ``/preempt`` (JSON in, JSON out, status 200 on
-every answer the extender computed, with any problem in ``Error``), ``GET /healthz`` and
-``GET /state`` (the booked GPUs). Malformed JSON or a request the verb cannot read gets 400
-with ``{"Error": ...}``; an unknown path 404; a body over ``max_body`` bytes 413. The verbs run
-in a worker thread, so a slow scoring never blocks the event loop.
+every answer the extender computed, with any problem in ``Error``), ``GET /healthz`` (200
+``{"ok": true}``, or 503 with the reason in ``Error`` while ``health()`` names one: with an
+API server, :meth:`~interplace.serve.KubeSync.problem`) and ``GET /state`` (the booked
+GPUs). Malformed JSON or a request the verb cannot read gets 400 with ``{"Error": ...}``; an
+unknown path 404; a body over ``max_body`` bytes 413. The verbs run in a worker thread, so a
+slow scoring never blocks the event loop.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from interplace.errors import InputError
@@ -24,8 +27,14 @@ MAX_BODY = 4 * 1024 * 1024
 log = logging.getLogger("interplace.serve")
 
 
-def build_app(extender: Extender, *, max_body: int = MAX_BODY) -> Any:
-    """The ASGI application (needs ``interplace[serve]``: Starlette)."""
+def build_app(
+    extender: Extender,
+    *,
+    max_body: int = MAX_BODY,
+    health: Callable[[], str | None] | None = None,
+) -> Any:
+    """The ASGI application (needs ``interplace[serve]``: Starlette); ``health`` says why
+    the service is unhealthy, or None (module docstring)."""
     try:
         from starlette.applications import Starlette
         from starlette.concurrency import run_in_threadpool
@@ -70,6 +79,9 @@ def build_app(extender: Extender, *, max_body: int = MAX_BODY) -> Any:
         return handle
 
     async def healthz(request: Request) -> Response:
+        problem = None if health is None else health()
+        if problem is not None:
+            return JSONResponse({"ok": False, "Error": problem}, status_code=503)
         return JSONResponse({"ok": True})
 
     async def state(request: Request) -> Response:

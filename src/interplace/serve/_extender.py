@@ -17,7 +17,11 @@ normalises its own plugins' scores (:func:`node_score`): 10 for the best node an
 half a percent of it, :math:`\lfloor 10\, g / g^* \rfloor` below, 0 where :math:`g \le 0`.
 So a node where the pod would cost anything measurable scores below one where it costs
 nothing, however small the cost (a pod's own speed can exceed 1, where its co-located speeds
-say its recorded isolated throughput was low, so gains are not bounded by 1). kube-scheduler
+say its recorded isolated throughput was low, so gains are not bounded by 1). Where no node
+gains (:math:`g^* \le 0`: the pod would cost the pods already there more than it runs, on
+every node), the scores still rank the nodes, from the least costly (10) to the most
+costly (0) in the call: :math:`\lfloor 10\,(g - g_*) / (g^* - g_*) \rfloor`, with
+:math:`g_*` the lowest gain. kube-scheduler
 multiplies an extender's score by its ``weight`` and by 10 (``MaxNodeScore /
 MaxExtenderPriority``) before adding it to its own plugins' scores. A pod without
 :data:`~interplace.serve._pods.KEY_JOB_TYPE`, or of a type the model does not know, gets the
@@ -26,7 +30,15 @@ same neutral score (5) on every node that fits it.
 State: which pods run on which GPUs (:class:`Book`), rebuilt from the API server's pods (the
 :data:`~interplace.serve._pods.ANNOTATION_GPUS` annotation ``bind`` writes) and kept current by
 a watch (:mod:`._kube`); every booking goes through one lock, and a bind re-checks capacity
-under it, so concurrent binds never double-book a GPU.
+under it, so concurrent binds never double-book a GPU. A booking is keyed by the pod's
+``namespace/name`` and remembers its UID: a pod recreated under the same name (a
+StatefulSet's) replaces the booking of the one before it, and a late deletion of the old pod
+leaves the new one's booking alone.
+
+A pod whose ``interplace.io/`` labels or annotations are malformed is refused by ``filter``
+on every node (``FailedAndUnresolvableNodes``, with the reason, which kube-scheduler shows
+on the pod) rather than answered with an error status, which an ``ignorable`` extender's
+caller would skip; the book still counts its GPUs if it runs (bound by someone else).
 """
 
 from __future__ import annotations
@@ -81,26 +93,39 @@ TIE = 0.005
 """Gains within this share of the best node's score as the best (:func:`node_score`)."""
 
 
-def node_score(gain: float, best: float) -> int:
-    """A node's score in ``0..MAX_PRIORITY`` from its predicted gain and the best node's.
+def node_score(gain: float, best: float, worst: float | None = None) -> int:
+    """A node's score in ``0..MAX_PRIORITY`` from its predicted gain and the best and worst
+    gains in the call (``worst`` matters only where no node gains, ``best <= 0``; module
+    docstring).
 
     >>> [node_score(g, 1.04) for g in (1.04, 1.036, 1.0, 0.5, -0.1)]
     [10, 10, 9, 4, 0]
+    >>> [node_score(g, -0.25, -0.75) for g in (-0.25, -0.5, -0.75)]
+    [10, 5, 0]
     """
-    if not (best > 0 and gain > 0):
+    if best <= 0:
+        low = best if worst is None else min(worst, gain)
+        if best - low <= TIE * abs(best) + 1e-12:
+            return MAX_PRIORITY
+        ratio = (gain - low) / (best - low)
+    elif gain <= 0:
         return 0
-    ratio = min(gain / best, 1.0)
+    else:
+        ratio = gain / best
+    ratio = min(ratio, 1.0)
     return MAX_PRIORITY if ratio >= 1.0 - TIE - 1e-12 else math.floor(MAX_PRIORITY * ratio)
 
 
 @dataclass(frozen=True)
 class Booking:
-    """A pod's GPUs on a node; ``job`` None for a pod the model cannot see (no job type)."""
+    """A pod's GPUs on a node; ``job`` None for a pod the model cannot see (no job type);
+    ``uid`` the pod's UID where known (empty: not known)."""
 
     pod: str
     node: str
     gpus: tuple[str, ...]
     job: Job | None
+    uid: str = ""
 
 
 @dataclass
@@ -143,10 +168,12 @@ class Book:
         """The bookings on ``node`` (call with the lock held, or accept a snapshot)."""
         return list(self.by_node.get(node, {}).values())
 
-    def occupancy(self, node: str) -> dict[str, int]:
-        """Jobs per GPU id on ``node``."""
+    def occupancy(self, node: str, without: frozenset[str] = frozenset()) -> dict[str, int]:
+        """Jobs per GPU id on ``node`` (leaving out the pods named in ``without``)."""
         out: dict[str, int] = {}
         for b in self.by_node.get(node, {}).values():
+            if b.pod in without:
+                continue
             for g in b.gpus:
                 out[g] = out.get(g, 0) + 1
         return out
@@ -199,7 +226,8 @@ class Extender:
                 raise InputError("NodeNames must be a list of node names")
             return list(names), None
         if nodes is not None:
-            if not isinstance(nodes, Mapping) or not isinstance(nodes.get("items", []), list):
+            # An empty NodeList's items are null in Go's JSON.
+            if not isinstance(nodes, Mapping) or not isinstance(nodes.get("items") or [], list):
                 raise InputError("Nodes must be a v1.NodeList")
             by_name: dict[str, Any] = {}
             for item in nodes.get("items") or []:
@@ -235,8 +263,11 @@ class Extender:
                tuple(sorted(reserved.items())))
         return topo, ClusterState(tuple(running)), reserved, key
 
-    def _fits(self, pod: PodRequest, node: str) -> str | None:
-        """None if ``pod`` fits ``node`` by capacity, else why not."""
+    def _fits(
+        self, pod: PodRequest, node: str, without: frozenset[str] = frozenset()
+    ) -> str | None:
+        """None if ``pod`` fits ``node`` by capacity (with the pods in ``without`` gone),
+        else why not."""
         view = self._node_view(node)
         if view is None:
             return f"no topology for node {node}"
@@ -244,7 +275,7 @@ class Extender:
         gpus = topo.gpus()
         if pod.gpus > len(gpus):
             return f"pod needs {pod.gpus} GPUs; node {node} has {len(gpus)}"
-        occ = self.book.occupancy(node)
+        occ = self.book.occupancy(node, without)
         free = [g for g in gpus if occ.get(g, 0) < self.max_per_gpu]
         if len(free) < pod.gpus:
             return (f"{len(free)} of {len(gpus)} GPUs have a free slot under "
@@ -294,11 +325,14 @@ class Extender:
     # ------------------------------------------------------------- verbs
     def filter(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """``ExtenderArgs`` -> ``ExtenderFilterResult`` (module docstring)."""
-        pod = parse_pod(args.get("Pod"))
+        pod = parse_pod(args.get("Pod"), strict=False)
         names, objects = self._nodes(args)
         passed, failed, hopeless = [], {}, {}
         with self.book.lock:
             for node in names:
+                if pod.problem is not None:
+                    hopeless[node] = f"pod {pod.key}: {pod.problem}"
+                    continue
                 if pod.gpus == 0:
                     passed.append(node)
                     continue
@@ -325,7 +359,7 @@ class Extender:
 
     def prioritize(self, args: Mapping[str, Any]) -> list[dict[str, Any]]:
         """``ExtenderArgs`` -> ``HostPriorityList`` with integer scores in 0..10."""
-        pod = parse_pod(args.get("Pod"))
+        pod = parse_pod(args.get("Pod"), strict=False)
         names, _ = self._nodes(args)
         job = self._job(pod)
         if job is None:
@@ -348,14 +382,15 @@ class Extender:
                                 node, exc)
                     continue
                 gains[node] = None if best is None else best[0] / max(job.gpus, 1)
-        top = max((g for g in gains.values() if g is not None), default=0.0)
+        scored = [g for g in gains.values() if g is not None]
+        top, bottom = max(scored, default=0.0), min(scored, default=0.0)
         out = []
         for node in names:
             if node not in gains:
                 out.append({"Host": node, "Score": NEUTRAL_SCORE})
                 continue
             g = gains[node]
-            out.append({"Host": node, "Score": 0 if g is None else node_score(g, top)})
+            out.append({"Host": node, "Score": 0 if g is None else node_score(g, top, bottom)})
         return out
 
     def bind(self, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -365,15 +400,26 @@ class Extender:
                 raise InputError(f"ExtenderBindingArgs lacks {k}")
         key = f"{args['PodNamespace']}/{args['PodName']}"
         node = str(args["Node"])
+        uid = args.get("PodUID")
+        uid = uid if isinstance(uid, str) else ""
         pod = self._pending.get(key)
+        if pod is not None and uid and pod.uid and pod.uid != uid:
+            pod = None  # remembered from an earlier pod of that name
         if pod is None and self.fetch_pod is not None:
-            pod = parse_pod(self.fetch_pod(str(args["PodNamespace"]), str(args["PodName"])))
+            pod = parse_pod(self.fetch_pod(str(args["PodNamespace"]), str(args["PodName"])),
+                            strict=False)
         if pod is None:
             return {"Error": f"pod {key}: no filter or prioritize call named it, and the "
                              "service has no API server to read it from"}
+        if pod.problem is not None:
+            return {"Error": f"pod {key}: {pod.problem}"}
+        uid = uid or pod.uid
         with self.book.lock:
-            if key in self.book.pods:
-                return {"Error": f"pod {key} is already bound to {self.book.pods[key].node}"}
+            held = self.book.pods.get(key)
+            if held is not None and not (held.uid and uid and held.uid != uid):
+                return {"Error": f"pod {key} is already bound to {held.node}"}
+            if held is not None:  # an earlier pod of that name, gone: names are unique
+                self.book.remove(key)
             why = self._fits(pod, node)
             if why is not None:
                 return {"Error": f"cannot bind {key} to {node}: {why}"}
@@ -390,7 +436,7 @@ class Extender:
                     free = sorted((g for g in topo.gpus() if occ.get(g, 0) < self.max_per_gpu),
                                   key=lambda g: (occ.get(g, 0), topo.gpus().index(g)))
                     gpus = tuple(free[: pod.gpus])
-            booking = Booking(key, node, gpus, job)
+            booking = Booking(key, node, gpus, job, uid)
             self.book.add(booking)
         if self.binder is not None:
             try:
@@ -404,57 +450,120 @@ class Extender:
         return {"Error": ""}
 
     def preempt(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        """``ExtenderPreemptionArgs`` -> ``ExtenderPreemptionResult``: agrees with the
-        scheduler's candidates (no-op safe): victims as ``MetaVictims`` by pod UID."""
+        """``ExtenderPreemptionArgs`` -> ``ExtenderPreemptionResult``: the scheduler's
+        candidate nodes where evicting their victims frees GPU slots enough for the pod
+        (under ``max_per_gpu``, in the book), victims as ``MetaVictims`` by pod UID, as sent.
+
+        kube-scheduler counts a node's GPUs but not the slots on each GPU, so it may offer a
+        node whose victims free nothing usable: evicting them would not let the pod bind.
+        A victim is matched to its booking by UID (or, sent in full, by namespace and name);
+        a pod the book does not hold frees nothing here. A pod the extender cannot read, or
+        one that asks for no GPUs, keeps every candidate.
+        """
         meta = args.get("NodeNameToMetaVictims")
+        out: dict[str, Any] = {}
+        keys: dict[str, set[str]] = {}  # per node: booking keys of victims sent in full
         if isinstance(meta, Mapping) and meta:
-            return {"NodeNameToMetaVictims": dict(meta)}
-        victims = args.get("NodeNameToVictims") or {}
-        if not isinstance(victims, Mapping):
-            raise InputError("NodeNameToVictims must be an object")
-        out = {}
-        for node, v in victims.items():
-            pods = (v or {}).get("Pods") or []
-            out[node] = {
-                "Pods": [{"UID": str(((p or {}).get("metadata") or {}).get("uid") or "")}
-                         for p in pods],
-                "NumPDBViolations": int((v or {}).get("NumPDBViolations") or 0),
-            }
-        return {"NodeNameToMetaVictims": out}
+            for node, v in meta.items():
+                if not isinstance(v, Mapping):
+                    raise InputError("NodeNameToMetaVictims values must be objects")
+                out[str(node)] = dict(v)
+        else:
+            victims = args.get("NodeNameToVictims") or {}
+            if not isinstance(victims, Mapping):
+                raise InputError("NodeNameToVictims must be an object")
+            for node, v in victims.items():
+                pods = (v or {}).get("Pods") or []
+                metas = [((p or {}).get("metadata") or {}) for p in pods]
+                out[str(node)] = {
+                    "Pods": [{"UID": str(m.get("uid") or "")} for m in metas],
+                    "NumPDBViolations": int((v or {}).get("NumPDBViolations") or 0),
+                }
+                keys[str(node)] = {f"{m.get('namespace') or 'default'}/{m.get('name')}"
+                                   for m in metas}
+        try:
+            pod = parse_pod(args.get("Pod"))
+        except InputError:
+            return {"NodeNameToMetaVictims": out}
+        if pod.gpus == 0:
+            return {"NodeNameToMetaVictims": out}
+        kept = {}
+        with self.book.lock:
+            for node, victims_of in out.items():
+                uids = {str((m or {}).get("UID") or "") for m in victims_of.get("Pods") or []}
+                uids.discard("")
+                gone = frozenset(
+                    b.pod for b in self.book.on_node(node)
+                    if (b.uid and b.uid in uids) or b.pod in keys.get(node, ())
+                )
+                why = self._fits(pod, node, gone)
+                if why is None:
+                    kept[node] = victims_of
+                else:
+                    log.info("preempt %s: %s left out (%s with its victims gone)", pod.key, node,
+                             why)
+        return {"NodeNameToMetaVictims": kept}
 
     def remember(self, pod: Any) -> None:
         """Keep the pod of a filter/prioritize call for its bind (which names it only)."""
-        req = parse_pod(pod)
+        req = parse_pod(pod, strict=False)
         if len(self._pending) > 10_000:
             self._pending.clear()
         self._pending[req.key] = req
 
     # ------------------------------------------------------------- state
     def restore(self, pods: Sequence[Any]) -> int:
-        """Rebuild the book from pod objects (the API server's list); returns bookings made."""
+        """Rebuild the book from pod objects (the API server's list); returns bookings made.
+
+        A pod that cannot be read at all is left out with a log line; one whose
+        ``interplace.io/`` annotations are malformed is booked where it runs, unseen by the
+        model (:func:`~interplace.serve._pods.parse_pod` with ``strict=False``)."""
         made = 0
         with self.book.lock:
             self.book.clear()
             for obj in pods:
-                req = parse_pod(obj)
+                try:
+                    req = parse_pod(obj, strict=False)
+                except InputError as exc:
+                    log.warning("restore: a pod left out of the book (%s)", exc)
+                    continue
                 if not req.node or req.phase in ("Succeeded", "Failed"):
                     continue
                 if not req.assigned_gpus and req.gpus:
                     continue  # not ours: bound by another scheduler, GPUs unknown
-                self.book.add(Booking(req.key, req.node, req.assigned_gpus, self._job(req)))
+                self._note_problem(req)
+                self.book.add(self._booking(req))
                 made += 1
         return made
 
     def observe(self, event_type: str, pod: Any) -> None:
-        """Apply one watch event (``ADDED``, ``MODIFIED``, ``DELETED``) to the book."""
-        req = parse_pod(pod)
+        """Apply one watch event (``ADDED``, ``MODIFIED``, ``DELETED``) to the book.
+
+        Pods are read as :meth:`restore` reads them, but one that cannot be read at all
+        raises :class:`~interplace.errors.InputError` (the watch logs it and goes on). A
+        deletion of a pod whose UID differs from the booked one's (an older pod of the same
+        name) changes nothing."""
+        req = parse_pod(pod, strict=False)
         with self.book.lock:
+            held = self.book.pods.get(req.key)
+            other = held is not None and bool(held.uid and req.uid and held.uid != req.uid)
             gone = event_type == "DELETED" or req.phase in ("Succeeded", "Failed")
             if gone:
-                self.book.remove(req.key)
+                if not other:
+                    self.book.remove(req.key)
                 return
-            if req.node and req.assigned_gpus and req.key not in self.book.pods:
-                self.book.add(Booking(req.key, req.node, req.assigned_gpus, self._job(req)))
+            if req.node and req.assigned_gpus and (held is None or other):
+                self._note_problem(req)
+                self.book.add(self._booking(req))
+
+    def _booking(self, req: PodRequest) -> Booking:
+        return Booking(req.key, req.node or "", req.assigned_gpus, self._job(req), req.uid)
+
+    @staticmethod
+    def _note_problem(req: PodRequest) -> None:
+        if req.problem is not None:
+            log.warning("pod %s on %s: %s; booked, unseen by the model", req.key, req.node,
+                        req.problem)
 
     def snapshot(self) -> dict[str, Any]:
         """The book as JSON: ``{node: {pod: "gpu,gpu"}}`` and its version."""

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
+from interplace.errors import InputError
 from interplace.serve._extender import Extender
 from interplace.serve._pods import ANNOTATION_GPUS, PodRequest
 
@@ -41,13 +43,25 @@ def _plain(obj: Any) -> Any:
 
 
 class KubeSync:
-    """Restores the book from the API server, keeps it current from a watch, binds pods."""
+    """Restores the book from the API server, keeps it current from a watch, binds pods.
 
-    def __init__(self, api: Any, extender: Extender) -> None:
+    When the watch ends (it expires, or the connection drops) it lists the pods again and
+    watches on; a list that fails is retried after ``retry_s`` seconds, doubling up to
+    ``max_retry_s``, until one succeeds. Meanwhile :meth:`problem` says so, and the service's
+    ``/healthz`` answers 503 with it, so a liveness probe restarts a service whose book no
+    longer follows the cluster.
+    """
+
+    def __init__(
+        self, api: Any, extender: Extender, *, retry_s: float = 1.0, max_retry_s: float = 30.0
+    ) -> None:
         self.api = api
         self.extender = extender
+        self.retry_s = retry_s
+        self.max_retry_s = max_retry_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._failing: str | None = None
 
     def restore(self) -> str:
         """List every pod, rebuild the book; returns the list's resourceVersion."""
@@ -91,13 +105,42 @@ class KubeSync:
                         w.stop()
                         break
                     obj = _plain(event.get("object"))
-                    self.extender.observe(str(event.get("type")), obj)
+                    try:
+                        self.extender.observe(str(event.get("type")), obj)
+                    except InputError as exc:  # one pod the book cannot read
+                        log.warning("pod watch: an event left out (%s)", exc)
                     rv = (obj.get("metadata") or {}).get("resourceVersion")
                     if rv:
                         resource_version = str(rv)
             except Exception as exc:  # the watch expired or the connection dropped
                 log.warning("pod watch ended (%s); listing again", exc)
-                resource_version = self.restore()
+                resource_version = self.relist()
+
+    def relist(self) -> str:
+        """:meth:`restore`, retried with a doubling wait until it succeeds (or :meth:`stop`);
+        returns the list's resourceVersion ("" if stopped first)."""
+        wait = self.retry_s
+        since = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                rv = self.restore()
+            except Exception as exc:
+                self._failing = (f"listing pods has failed for {time.monotonic() - since:.0f} s "
+                                 f"({type(exc).__name__}: {exc}); the book may be stale")
+                log.warning("pod list failed (%s); again in %.0f s", exc, wait)
+                self._stop.wait(wait)
+                wait = min(2 * wait, self.max_retry_s)
+                continue
+            self._failing = None
+            return rv
+        return ""
+
+    def problem(self) -> str | None:
+        """Why the book may not follow the cluster now (None: it does): the watch thread
+        has ended, or listing the pods keeps failing."""
+        if self._thread is not None and not self._thread.is_alive() and not self._stop.is_set():
+            return "the pod watch has stopped; the book no longer follows the cluster"
+        return self._failing
 
     def start(self) -> None:
         """Restore, then watch in a daemon thread."""

@@ -18,6 +18,7 @@ __all__ = [
     "KEY_FAMILY",
     "KEY_JOB_TYPE",
     "PodRequest",
+    "gpu_request",
     "parse_pod",
 ]
 
@@ -45,7 +46,10 @@ GPU_RESOURCE = "nvidia.com/gpu"
 @dataclass(frozen=True)
 class PodRequest:
     """A pod as the extender sees it: ``key`` is ``namespace/name``; ``job_type`` None when
-    the pod carries no :data:`KEY_JOB_TYPE`; ``gpus`` from :data:`GPU_RESOURCE`."""
+    the pod carries no :data:`KEY_JOB_TYPE`; ``gpus`` from :data:`GPU_RESOURCE` (the pod's
+    effective request, :func:`gpu_request`). ``problem``: why its ``interplace.io/``
+    labels or annotations could not be read, where :func:`parse_pod` was asked to read it
+    anyway (``strict=False``); the model then cannot see it (``job_type`` None)."""
 
     key: str
     namespace: str
@@ -60,6 +64,7 @@ class PodRequest:
     node: str | None = None
     assigned_gpus: tuple[str, ...] = ()
     phase: str = ""
+    problem: str | None = None
 
 
 def _meta_value(meta: Mapping[str, Any], key: str) -> str | None:
@@ -87,37 +92,66 @@ def _quantity(value: Any) -> int:
     return int(f)
 
 
-def parse_pod(pod: Any) -> PodRequest:
-    """Read a pod object (kube-scheduler's JSON, Go field names inside as the API's camelCase).
+def _container_gpus(container: Any) -> int:
+    if not isinstance(container, Mapping):
+        raise InputError("a Pod container must be an object")
+    res = container.get("resources") or {}
+    if not isinstance(res, Mapping):
+        raise InputError("a Pod container's resources must be an object")
+    amount = (res.get("limits") or {}).get(GPU_RESOURCE)
+    if amount is None:
+        amount = (res.get("requests") or {}).get(GPU_RESOURCE)
+    return 0 if amount is None else _quantity(amount)
 
-    >>> p = parse_pod({"metadata": {"name": "a", "namespace": "ml", "uid": "u1",
-    ...                             "labels": {KEY_JOB_TYPE: "resnet"}},
-    ...                "spec": {"containers": [{"resources": {"limits": {GPU_RESOURCE: "2"}}}]}})
-    >>> p.key, p.job_type, p.gpus
-    ('ml/a', 'resnet', 2)
+
+def gpu_request(spec: Mapping[str, Any]) -> int:
+    r"""A pod's effective :data:`GPU_RESOURCE` request, as kube-scheduler counts it.
+
+    Its containers run together, so their requests add up; its init containers run one at a
+    time before them, each beside the *sidecars* started before it (init containers with
+    ``restartPolicy: Always``, which keep running beside the containers):
+
+    .. math:: n = \max\Bigl(\sum_c n_c + \sum_s n_s,\;
+              \max_i \bigl(n_i + \textstyle\sum_{s < i} n_s\bigr)\Bigr)
+
+    (``resource.PodRequests`` in Kubernetes' ``component-helpers``; a container's limit
+    stands for its request where it gives only the limit, as for every extended resource).
+
+    >>> c = lambda n, **kw: {"resources": {"limits": {GPU_RESOURCE: str(n)}}, **kw}
+    >>> gpu_request({"containers": [c(1), c(1)], "initContainers": [c(4)]})
+    4
+    >>> gpu_request({"containers": [c(2)], "initContainers": [c(1, restartPolicy="Always")]})
+    3
     """
-    if not isinstance(pod, Mapping):
-        raise InputError("Pod must be an object")
-    meta = pod.get("metadata")
-    if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta["name"]:
-        raise InputError("Pod lacks metadata.name")
-    namespace = meta.get("namespace") or "default"
-    if not isinstance(namespace, str):
-        raise InputError("Pod metadata.namespace must be a string")
-    spec = pod.get("spec") or {}
-    if not isinstance(spec, Mapping):
-        raise InputError("Pod spec must be an object")
     containers = spec.get("containers") or []
+    inits = spec.get("initContainers") or []
     if not isinstance(containers, list):
         raise InputError("Pod spec.containers must be a list")
-    gpus = 0
-    for c in containers:
-        res = (c or {}).get("resources") or {}
-        amount = (res.get("limits") or {}).get(GPU_RESOURCE)
-        if amount is None:
-            amount = (res.get("requests") or {}).get(GPU_RESOURCE)
-        if amount is not None:
-            gpus += _quantity(amount)
+    if not isinstance(inits, list):
+        raise InputError("Pod spec.initContainers must be a list")
+    sidecars = 0
+    init_peak = 0
+    for c in inits:
+        n = _container_gpus(c)
+        if isinstance(c, Mapping) and c.get("restartPolicy") == "Always":
+            sidecars += n
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, sidecars + n)
+    return max(sum(_container_gpus(c) for c in containers) + sidecars, init_peak)
+
+
+@dataclass(frozen=True)
+class _JobFields:
+    job_type: str | None = None
+    family: str | None = None
+    comm_share: float | None = None
+    counters: tuple[tuple[str, float], ...] | None = None
+    counter_samples: int | None = None
+
+
+def _job_fields(meta: Mapping[str, Any]) -> _JobFields:
+    """What the pod's ``interplace.io/`` labels and annotations say about its job."""
     share_text = _meta_value(meta, KEY_COMM_SHARE)
     share = None
     if share_text is not None:
@@ -152,6 +186,46 @@ def parse_pod(pod: Any) -> PodRequest:
                 f"{KEY_COUNTER_SAMPLES} must be a whole number >= 1, not {samples_text}"
             )
         samples = int(f)
+    return _JobFields(_meta_value(meta, KEY_JOB_TYPE), _meta_value(meta, KEY_FAMILY), share,
+                      counters, samples)
+
+
+def parse_pod(pod: Any, *, strict: bool = True) -> PodRequest:
+    """Read a pod object (kube-scheduler's JSON, Go field names inside as the API's camelCase).
+
+    Raises :class:`~interplace.errors.InputError` for a pod it cannot read, and, with
+    ``strict`` (the default), for malformed ``interplace.io/`` labels or annotations; without
+    it such a pod is read with the reason in ``problem`` and no job (the book must still count
+    the GPUs of a pod that runs, whatever its annotations say).
+
+    >>> p = parse_pod({"metadata": {"name": "a", "namespace": "ml", "uid": "u1",
+    ...                             "labels": {KEY_JOB_TYPE: "resnet"}},
+    ...                "spec": {"containers": [{"resources": {"limits": {GPU_RESOURCE: "2"}}}]}})
+    >>> p.key, p.job_type, p.gpus
+    ('ml/a', 'resnet', 2)
+    >>> bad = {"metadata": {"name": "b", "annotations": {KEY_COMM_SHARE: "high"}}}
+    >>> parse_pod(bad, strict=False).problem
+    "interplace.io/comm-share 'high' is not a number"
+    """
+    if not isinstance(pod, Mapping):
+        raise InputError("Pod must be an object")
+    meta = pod.get("metadata")
+    if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta["name"]:
+        raise InputError("Pod lacks metadata.name")
+    namespace = meta.get("namespace") or "default"
+    if not isinstance(namespace, str):
+        raise InputError("Pod metadata.namespace must be a string")
+    spec = pod.get("spec") or {}
+    if not isinstance(spec, Mapping):
+        raise InputError("Pod spec must be an object")
+    gpus = gpu_request(spec)
+    problem = None
+    try:
+        fields = _job_fields(meta)
+    except InputError as exc:
+        if strict:
+            raise
+        problem, fields = str(exc), _JobFields()
     annotations = meta.get("annotations") or {}
     assigned = annotations.get(ANNOTATION_GPUS) if isinstance(annotations, Mapping) else None
     status = pod.get("status") or {}
@@ -160,13 +234,14 @@ def parse_pod(pod: Any) -> PodRequest:
         namespace=namespace,
         name=str(meta["name"]),
         uid=str(meta.get("uid") or ""),
-        job_type=_meta_value(meta, KEY_JOB_TYPE),
-        family=_meta_value(meta, KEY_FAMILY),
+        job_type=fields.job_type,
+        family=fields.family,
         gpus=gpus,
-        comm_share=share,
-        counters=counters,
-        counter_samples=samples,
+        comm_share=fields.comm_share,
+        counters=fields.counters,
+        counter_samples=fields.counter_samples,
         node=spec.get("nodeName") or None,
         assigned_gpus=tuple(g for g in str(assigned).split(",") if g) if assigned else (),
         phase=str(status.get("phase") or "") if isinstance(status, Mapping) else "",
+        problem=problem,
     )
