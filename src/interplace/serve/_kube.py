@@ -13,24 +13,41 @@ import threading
 import time
 from typing import Any
 
-from interplace.errors import InputError
+from interplace.errors import InputError, first_line
 from interplace.serve._extender import Extender
 from interplace.serve._pods import ANNOTATION_GPUS, PodRequest
 
-__all__ = ["KubeSync", "connect"]
+__all__ = ["KubeSync", "connect", "describe"]
 
 log = logging.getLogger("interplace.serve")
 
 
 def connect() -> Any:
-    """A ``CoreV1Api`` from the in-cluster service account, else the local kubeconfig."""
+    """A ``CoreV1Api`` from the in-cluster service account, else the local kubeconfig.
+
+    Raises :class:`~interplace.errors.InputError` when there is neither."""
     from kubernetes import client, config
 
     try:
         config.load_incluster_config()
-    except config.ConfigException:
-        config.load_kube_config()
+    except config.ConfigException as in_cluster:
+        try:
+            config.load_kube_config()
+        except (config.ConfigException, OSError) as local:
+            raise InputError(
+                f"no Kubernetes API server: not in a cluster ({in_cluster}) and no usable "
+                f"kubeconfig ({first_line(local)}); --standalone serves without one"
+            ) from None
     return client.CoreV1Api()
+
+
+def describe(exc: BaseException) -> str:
+    """One line for an API or connection failure (the client's ``ApiException`` prints the
+    whole HTTP reply)."""
+    status, reason = getattr(exc, "status", None), getattr(exc, "reason", None)
+    if status is not None:
+        return f"HTTP {status} {reason or ''}".rstrip()
+    return f"{type(exc).__name__}: {first_line(exc)}"
 
 
 def _plain(obj: Any) -> Any:
@@ -126,7 +143,7 @@ class KubeSync:
                 rv = self.restore()
             except Exception as exc:
                 self._failing = (f"listing pods has failed for {time.monotonic() - since:.0f} s "
-                                 f"({type(exc).__name__}: {exc}); the book may be stale")
+                                 f"({describe(exc)}); the book may be stale")
                 log.warning("pod list failed (%s); again in %.0f s", exc, wait)
                 self._stop.wait(wait)
                 wait = min(2 * wait, self.max_retry_s)
@@ -143,8 +160,16 @@ class KubeSync:
         return self._failing
 
     def start(self) -> None:
-        """Restore, then watch in a daemon thread."""
-        rv = self.restore()
+        """Restore, then watch in a daemon thread. Raises
+        :class:`~interplace.errors.InputError` when the first list fails (the service cannot
+        know which GPUs are taken)."""
+        try:
+            rv = self.restore()
+        except Exception as exc:
+            raise InputError(
+                f"cannot list the cluster's pods ({describe(exc)}): check the API server and "
+                "the service account's permissions (deploy/kubernetes/extender.yaml)"
+            ) from None
         self._thread = threading.Thread(target=self.watch, args=(rv,), daemon=True,
                                         name="interplace-watch")
         self._thread.start()
