@@ -131,3 +131,26 @@ def test_lucid_notes_classes_that_no_counter_measured(
         assert code == 0
         captured = capsys.readouterr()
         assert (note in captured.out + captured.err) is noted
+
+
+def test_bad_pending_out_and_state_errors_name_their_file(
+    tmp_path: Path, model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs = _jobs(tmp_path, "a,job0,1\n")
+    out = tmp_path / "p.csv"
+    base = ["place", "--model", str(model_dir), "--topology", "pcie-8gpu", "--jobs", str(jobs),
+            "--out", str(out)]
+    # Refused before the placement is written: nothing is left behind.
+    for pending, message in ((tmp_path / "pending.txt", "unknown output file type '.txt'"),
+                             (out, "is the --out file too")):
+        assert main([*base, "--pending-out", str(pending)]) == 2
+        assert message in capsys.readouterr().err and not out.exists()
+    # An error in the state table names the state file, not the jobs file.
+    for rows, message in (("r,job3,99\n", "running job r is on GPU '99'"),
+                          ("r,nosuch,0\n", "unknown job type(s) 'nosuch'")):
+        state = tmp_path / "state.csv"
+        state.write_text("job_id,job,gpu\n" + rows)
+        assert main([*base, "--state", str(state)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"interplace: error: {state}: ") and message in err, err
+        assert "a running job's type must be one the model knows" in err or "GPU" in err

@@ -101,8 +101,16 @@ def test_serve_start_up_errors(
         (["--model", str(model_dir), "--topology", "dgx-a100", "--policy", "best"],
          "unknown policy 'best'"),
         (["--model", str(model_dir), "--node-topology", str(tmp_path)], "no node topology"),
+        (["--model", str(model_dir), "--topology", "dgx-a100", "--port", "99999"],
+         "--port must be at most 65535"),
+        (["--model", str(model_dir), "--topology", "dgx-a100", "--host", "no.such.host."],
+         "--host 'no.such.host.'"),
     ]
     for args, message in cases:
         code = main(["serve", "--standalone", *args])
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1 and message in err, (args, err)
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--model", str(model_dir), "--topology", "dgx-a100", "--deadline", "-1"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and "argument --deadline" in err

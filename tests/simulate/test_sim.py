@@ -166,14 +166,76 @@ def test_cli_json_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     [
         (["--policies", "nope"], "unknown policy 'nope'"),
         (["--trace", "missing.csv"], "no such trace file"),
-        (["--load", "0"], "--load must be > 0"),
+        (["--load", "0"], "argument --load: must be a finite number > 0"),
+        (["--load", "inf"], "argument --load: must be a finite number > 0"),
+        (["--interval", "0"], "argument --interval: must be a finite number > 0"),
+        (["--interval", "nan"], "argument --interval: must be a finite number > 0"),
+        (["--jobs", "20", "--load", "1e-30", "--policies", "fifo-exclusive"],
+         "too long to simulate"),
         (["--ground-truth", "gavel-x"], "unknown Gavel GPU type"),
     ],
 )
 def test_cli_errors(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["simulate", "--jobs", "4", *args])
+    try:
+        code = main(["simulate", "--jobs", "4", *args])
+    except SystemExit as exc:  # argparse's own checks
+        code = exc.code
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_interval_ticks_do_not_use_up_the_event_budget() -> None:
+    # Ticks every 5 s over a few hours of waiting: far more ticks than 20 events a job.
+    truth = ground_truth("gavel-v100")
+    topo = builtin("dgx-a100")
+    jobs = [SimJob(f"j{k}", 0.0, 8, 3600.0, "A3C") for k in range(3)]
+    sched = PlacementScheduler("p", topo, truth.speeds, "spread", 1)
+    result = simulate(jobs, topo, truth, sched, interval_s=5.0)
+    assert sorted(j["finish_s"] for j in result.jobs.values()) == pytest.approx(
+        [3600.0, 7200.0, 10800.0])
+    with pytest.raises(InputError, match="interval_s must be a finite number > 0"):
+        simulate(jobs, topo, truth, sched, interval_s=0.0)
+    with pytest.raises(InputError, match="too long to simulate in float64 time"):
+        simulate([SimJob("a", 0.0, 1, 1.0, "A3C"), SimJob("b", 1e30, 1, 1.0, "A3C")], topo,
+                 truth, sched)
+
+
+def test_a_scheduler_that_never_starts_a_job_is_named_even_with_ticks() -> None:
+    truth = ground_truth("gavel-v100")
+    topo = builtin("dgx-a100")
+
+    class Idle:
+        name = "idle"
+
+        def decide(self, queue: object, running: object, now: float) -> dict[str, tuple[str, ...]]:
+            return {}
+
+    with pytest.raises(RuntimeError, match="no job can ever start: a"):
+        simulate([SimJob("a", 0.0, 1, 10.0, "A3C")], topo, truth, Idle(), interval_s=1.0)
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        ({"zz": ("0",)}, "started job 'zz', which is not waiting"),
+        ({"a": ("0", "0")}, "needs 2 distinct GPUs"),
+        ({"a": ("0",)}, "needs 2 distinct GPUs"),
+        ({"a": ("0", "99")}, "needs 2 distinct GPUs"),
+        ([("a", ("0", "1"))], "decide must return a dict"),
+    ],
+)
+def test_a_scheduler_answer_that_cannot_run_is_refused(answer: object, message: str) -> None:
+    truth = ground_truth("gavel-v100")
+    topo = builtin("dgx-a100")
+
+    class Wrong:
+        name = "wrong"
+
+        def decide(self, queue: object, running: object, now: float) -> object:
+            return answer
+
+    with pytest.raises(InputError, match=message):
+        simulate([SimJob("a", 0.0, 2, 10.0, "A3C")], topo, truth, Wrong())  # type: ignore[arg-type]
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from interplace import __version__
 from interplace.errors import InputError, first_line
@@ -41,13 +42,22 @@ COMMANDS: tuple[str, ...] = (
 """The command modules of :mod:`interplace.cli`, in the order ``--help`` lists them."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its usage errors on one line, as every other error of the command is:
+    ``interplace fit: error: argument --steps: ... (interplace fit --help)``, exit status 2
+    (argparse prints the whole usage block first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``interplace`` argument parser with every command of :data:`COMMANDS` registered.
 
     >>> sorted(build_parser().parse_args(["topo", "p4d"]).__dict__)[:3]
     ['command', 'debug', 'discover']
     """
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="interplace",
         description="Interference-aware placement of GPU jobs.",
     )

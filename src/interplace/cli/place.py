@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from interplace.cli._common import Subparsers, int_at_least
-from interplace.errors import InputError, check_output_file
+from interplace.errors import InputError
 
 if TYPE_CHECKING:
     from interplace.model import InterferenceModel
@@ -23,17 +23,24 @@ _SHOWN = 20
 def _run(args: argparse.Namespace) -> int:
     from interplace.model import InterferenceModel
     from interplace.placement import OBJECTIVES, POLICIES, SpeedSource, place
-    from interplace.placement.io import read_jobs, read_state, write_placement, write_table
+    from interplace.placement.io import (
+        check_table_path,
+        read_jobs,
+        read_state,
+        write_placement,
+        write_table,
+    )
     from interplace.topology import load
 
     if args.policy not in POLICIES:
         raise InputError(f"unknown policy {args.policy!r} (choose from {', '.join(POLICIES)})")
     if args.objective not in OBJECTIVES:
         raise InputError(f"unknown objective {args.objective!r}")
-    out = Path(args.out)
-    check_output_file(out)
+    out = check_table_path(args.out)
     if args.pending_out is not None:
-        check_output_file(Path(args.pending_out))
+        pending_out = check_table_path(args.pending_out)
+        if pending_out.resolve() == out.resolve():
+            raise InputError(f"--pending-out {pending_out} is the --out file too")
     if args.policy_file is not None and args.policy != "rl":
         raise InputError("--policy-file only works with --policy rl")
     topology = load(args.topology)
@@ -63,7 +70,10 @@ def _run(args: argparse.Namespace) -> int:
             seed=args.seed,
         )
     except InputError as exc:
-        raise InputError(f"{args.jobs}: {exc}") from None
+        text = str(exc)
+        if args.state is not None and text.startswith("state: "):
+            raise InputError(f"{args.state}: {text.removeprefix('state: ')}") from None
+        raise InputError(f"{args.jobs}: {text}") from None
     write_placement(placement, out)
     if args.pending_out is not None:
         import pandas as pd

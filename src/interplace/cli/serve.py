@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from interplace.cli._common import Subparsers, int_at_least
-from interplace.errors import InputError
+from interplace.cli._common import Subparsers, int_at_least, positive_number
+from interplace.errors import InputError, first_line
 
 if TYPE_CHECKING:
     from interplace.topology import Topology
@@ -55,6 +56,13 @@ def _run(args: argparse.Namespace) -> int:
             from None
     if args.policy not in POLICIES:
         raise InputError(f"unknown policy {args.policy!r} (choose from {', '.join(POLICIES)})")
+    if args.port > 65535:
+        raise InputError(f"--port must be at most 65535, not {args.port}")
+    try:
+        socket.getaddrinfo(args.host, args.port)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise InputError(f"--host {args.host!r}: cannot listen there ({first_line(exc)})") \
+            from None
     topologies = node_topologies(args.topology, args.node_topology)
     model = InterferenceModel.load(args.model)
 
@@ -98,7 +106,7 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--policy", default="local-search", metavar="NAME",
                    help="placement policy (default: local-search)")
     p.add_argument("--max-per-gpu", type=int_at_least(1), default=2, metavar="K")
-    p.add_argument("--deadline", type=float, default=2.0, metavar="S",
+    p.add_argument("--deadline", type=positive_number, default=2.0, metavar="S",
                    help="most seconds a prioritize call scores before going neutral")
     p.add_argument("--standalone", action="store_true",
                    help="no API server: bind only records (trials and tests)")

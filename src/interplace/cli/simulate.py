@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from interplace.cli._common import Subparsers, cpu_workers, int_at_least
+from interplace.cli._common import Subparsers, cpu_workers, int_at_least, positive_number
 from interplace.errors import InputError
 
 if TYPE_CHECKING:
@@ -27,8 +27,6 @@ def _run(args: argparse.Namespace) -> int:
             raise InputError(f"unknown policy {p!r} (choose from {', '.join(SIM_POLICIES)})")
     if not policies:
         raise InputError("--policies names no policy")
-    if not (args.load > 0):
-        raise InputError(f"--load must be > 0, not {args.load}")
     trace = args.trace
     if trace not in ("synthetic", "philly") and not Path(trace).is_file():
         raise InputError(f"no such trace file: {trace} (or use synthetic, philly)")
@@ -117,7 +115,7 @@ def register(sub: Subparsers) -> None:
                    help="cluster: file or built-in (default: dgx-a100*8)")
     p.add_argument("--jobs", type=int_at_least(1), default=400, metavar="N",
                    help="jobs from the trace (default: 400)")
-    p.add_argument("--load", type=float, default=1.0, metavar="X",
+    p.add_argument("--load", type=positive_number, default=1.0, metavar="X",
                    help="arrival-rate multiplier (default: 1)")
     p.add_argument("--seed", type=int_at_least(0), default=0,
                    help="seed: job types, model split and fit, policies (default: 0)")
@@ -126,7 +124,7 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--policies", default="fifo-exclusive,random,pack,spread,lucid,gandiva,"
                    "interplace,oracle", metavar="A,B,...",
                    help="comma list of policies (default: all but interplace-greedy/-rl)")
-    p.add_argument("--interval", type=float, metavar="S",
+    p.add_argument("--interval", type=positive_number, metavar="S",
                    help="also schedule every S seconds while jobs wait")
     p.add_argument("--ray", action="store_true", help="run the seeds through Ray")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")

@@ -191,14 +191,22 @@ class Problem:
         self.types: tuple[str, ...] = tuple(source.jobs)
         type_index = {t: i for i, t in enumerate(self.types)}
         all_jobs = [r.job for r in state.running] + jobs
-        unknown = sorted({j.job for j in all_jobs if j.job not in type_index})
-        if unknown:
-            shown = ", ".join(repr(u) for u in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
-            raise InputError(
-                f"unknown job type(s) {shown}: the model knows {len(self.types)} job types "
-                "(give such a job its isolated counters, e.g. a gpu_util_pct column, to place "
-                "it by the model's cold-start path, or refit with its isolated run)"
-            )
+        hints = (
+            "give such a job its isolated counters, e.g. a gpu_util_pct column, to place it by "
+            "the model's cold-start path, or refit with its isolated run",
+            "a running job's type must be one the model knows or one a new job brings counters "
+            "for; refit with its isolated run",
+        )
+        for where, group, hint in (("state: ", [r.job for r in state.running], hints[1]),
+                                   ("", jobs, hints[0])):
+            unknown = sorted({j.job for j in group if j.job not in type_index})
+            if unknown:
+                shown = ", ".join(repr(u) for u in unknown[:5]) + (
+                    ", ..." if len(unknown) > 5 else "")
+                raise InputError(
+                    f"{where}unknown job type(s) {shown}: the model knows {len(self.types)} job "
+                    f"types ({hint})"
+                )
         self.gpus: tuple[str, ...] = tuple(topology.gpus())
         self.gpu_index = {g: i for i, g in enumerate(self.gpus)}
         machine_of = [topology.gpu(g).machine for g in self.gpus]

@@ -24,11 +24,12 @@ from typing import IO, Any, cast
 
 import pandas as pd
 
-from interplace.errors import InputError, atomic_write, first_line
+from interplace.errors import InputError, atomic_write, check_output_file, first_line
 from interplace.placement._types import DEFAULT_COMM_SHARE, ClusterState, Job, Placement, Running
 
 __all__ = [
     "PLACEMENT_COLUMNS",
+    "check_table_path",
     "jobs_from_frame",
     "read_jobs",
     "read_state",
@@ -200,6 +201,21 @@ def placement_frame(placement: Placement) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in PLACEMENT_COLUMNS})
     return pd.DataFrame(rows, columns=list(PLACEMENT_COLUMNS))
+
+
+def check_table_path(path: str | os.PathLike[str]) -> Path:
+    """Refuse a table output path that :func:`write_table` could not write (its type by
+    suffix, then :func:`~interplace.errors.check_output_file`); returns it as a Path.
+
+    >>> check_table_path("p.txt")
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: p.txt: unknown output file type '.txt' (use .csv or .parquet)
+    """
+    p = Path(path)
+    if p.suffix.lower() not in _SUFFIXES:
+        raise InputError(f"{p}: unknown output file type {p.suffix!r} (use .csv or .parquet)")
+    return check_output_file(p)
 
 
 def write_table(frame: pd.DataFrame, path: str | os.PathLike[str]) -> None:

@@ -9,7 +9,8 @@ traces spreads across machines). Pairs that could not run together (Gavel's out-
 pairs) are forbidden for every policy. Those are exactly :func:`interplace.placement.score`
 with :class:`~interplace.placement.MeasuredSpeeds` as the source, which the loop calls.
 
-*Events*: arrivals, completions and, optionally, a fixed interval. Between events every
+*Events*: arrivals, completions and, optionally, a fixed interval (its ticks only while jobs
+wait, and not counted against ``max_events``). Between events every
 running job progresses at its current true speed (work done :math:`= \int v\,dt`); at each
 event the finished jobs leave, the arrived ones queue, and the scheduler may start queued jobs
 (no preemption, no migration). A job finishes when its work (its isolated duration) is done.
@@ -31,7 +32,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from interplace.errors import InputError
+from interplace.errors import InputError, is_real
 from interplace.placement import (
     ClusterState,
     Job,
@@ -108,7 +109,9 @@ def ground_truth(spec: str) -> GroundTruth:
 
 
 class Scheduler(Protocol):
-    """Decides, at an event, which queued jobs start where (GPU ids)."""
+    """Decides, at an event, which queued jobs start where: job id -> the GPU ids it runs on
+    (as many distinct GPUs of the topology as the job asks for; :func:`simulate` refuses any
+    other answer). How many jobs share a GPU is the scheduler's choice."""
 
     name: str
 
@@ -219,12 +222,28 @@ def simulate(
     interval_s: float | None = None,
     max_events: int | None = None,
 ) -> SimResult:
-    """Run ``jobs`` through ``scheduler`` on ``topology`` with measured speeds (module doc)."""
+    """Run ``jobs`` through ``scheduler`` on ``topology`` with measured speeds (module doc).
+
+    ``interval_s``: a finite number > 0, or None. Raises :class:`InputError` where the jobs'
+    arrivals span so long against the shortest job that float64 time cannot resolve it
+    (2^40 of its run times: a load factor of 1e-30, say).
+    """
     start_wall = time.perf_counter()
+    if interval_s is not None and not (is_real(interval_s) and interval_s > 0):
+        raise InputError(f"interval_s must be a finite number > 0 or None, not {interval_s!r}")
     order = sorted(jobs, key=lambda j: (j.arrival_s, j.job_id))
     ids = [j.job_id for j in order]
     if len(set(ids)) != len(ids):
         raise InputError("job ids must be distinct")
+    if order:
+        horizon = order[-1].arrival_s + sum(j.work_s for j in order)
+        shortest = min(j.work_s for j in order)
+        if horizon > shortest * 2.0**40:
+            raise InputError(
+                f"the jobs' arrivals span {order[-1].arrival_s:.3g} s against a shortest run "
+                f"of {shortest:.3g} s: too long to simulate in float64 time (is the load "
+                "factor far too small?)"
+            )
     n_gpus = len(topology.gpus())
     for j in order:
         if j.gpus > n_gpus:
@@ -242,19 +261,22 @@ def simulate(
     next_tick = math.inf if interval_s is None else interval_s
     events = 0
     limit = max_events if max_events is not None else 20 * len(order) + 1000
+    gpu_ids = set(topology.gpus())
     while nxt < len(order) or queue or running:
-        events += 1
-        if events > limit:
-            raise RuntimeError(f"simulation did not finish within {limit} events")
         t_arrival = order[nxt].arrival_s if nxt < len(order) else math.inf
         t_done = min(
             (now + (running[k][0].work_s - done[k]) / speed[k] for k in running if speed[k] > 0),
             default=math.inf,
         )
         t_next = min(t_arrival, t_done, next_tick if queue else math.inf)
+        stuck = ", ".join(j.job_id for j in queue[:5])
         if not math.isfinite(t_next):
-            stuck = ", ".join(j.job_id for j in queue[:5])
             raise RuntimeError(f"no job can ever start: {stuck} (does the cluster fit them?)")
+        tick = t_next < min(t_arrival, t_done)  # only the interval's tick: nothing else moves
+        if not tick:
+            events += 1
+            if events > limit:
+                raise RuntimeError(f"simulation did not finish within {limit} events")
         dt = max(t_next - now, 0.0)
         for k in running:
             done[k] += speed[k] * dt
@@ -273,6 +295,9 @@ def simulate(
             nxt += 1
         if queue:
             decision = scheduler.decide(queue, list(running.values()), now)
+            _check_decision(scheduler.name, decision, queue, gpu_ids)
+            if tick and not decision and not running and nxt == len(order):
+                raise RuntimeError(f"no job can ever start: {stuck} (does the cluster fit them?)")
             if decision:
                 started = set(decision)
                 for job in [j for j in queue if j.job_id in started]:
@@ -299,6 +324,27 @@ def simulate(
     decisions = list(getattr(scheduler, "decision_s", []))
     return SimResult(scheduler.name, record, timeline, n_gpus,
                      time.perf_counter() - start_wall, decisions)
+
+
+def _check_decision(
+    name: str, decision: Any, queue: Sequence[SimJob], gpu_ids: set[str]
+) -> None:
+    """Refuse a scheduler's answer that starts a job not waiting, or on GPUs that are not
+    as many distinct GPUs of the topology as the job asks for."""
+    if not isinstance(decision, dict):
+        raise InputError(f"scheduler {name}: decide must return a dict, not "
+                         f"{type(decision).__name__}")
+    waiting = {j.job_id: j for j in queue}
+    for job_id, gpus in decision.items():
+        job = waiting.get(job_id)
+        if job is None:
+            raise InputError(f"scheduler {name} started job {job_id!r}, which is not waiting")
+        gpus = tuple(gpus)
+        if len(gpus) != job.gpus or len(set(gpus)) != len(gpus) or not set(gpus) <= gpu_ids:
+            raise InputError(
+                f"scheduler {name} put job {job_id} on GPUs {list(gpus)}: it needs {job.gpus} "
+                "distinct GPUs of the topology"
+            )
 
 
 def _true_speeds(
