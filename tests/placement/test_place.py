@@ -308,3 +308,41 @@ def test_reserved_slots_count_against_capacity(toy: MeasuredSpeeds) -> None:
         assert len(p.pending) == 1, name
     with pytest.raises(InputError, match="reserved slots on GPU '9'"):
         place(topo, toy, [Job("a", "hog")], reserved={"9": 1})
+
+
+def test_exact_stays_exact_where_a_co_runner_raises_a_speed() -> None:
+    # Measured speeds may exceed a job's speed alone (a fifth of Lucid's pairs do), where the
+    # branch and bound's bound (every unplaced job at its speed alone) undercounts: without it
+    # the search is exhaustive, and the optimum (j next to r, 2.2) is found.
+    up = MeasuredSpeeds({("b", "b"): 1.2})
+    assert not up.never_faster and MeasuredSpeeds({("b", "b"): 0.9}).never_faster
+    topo = builtin("dgx-a100")
+    state = ClusterState((Running(Job("r", "b"), ("0",)),))
+    p = place(topo, up, [Job("j", "b", gpus=2)], state, policy="exact")
+    assert p.objective == pytest.approx(2.2) and "0" in p.assignment()["j"]
+    assert p.info["exact"] is True and p.info["exact_bound"] is False
+    assert all(p.objective >= place(topo, up, [Job("j", "b", gpus=2)], state,
+                                    policy=name).objective - 1e-12 for name in POLICY_NAMES
+               if name not in ("rl", "lucid"))
+
+
+def test_jobs_may_be_any_iterable_and_seed_must_be_a_count(toy: MeasuredSpeeds) -> None:
+    topo = builtin("pcie-8gpu")
+    listed = place(topo, toy, [Job(f"j{k}", "hog") for k in range(3)])
+    generated = place(topo, toy, (Job(f"j{k}", "hog") for k in range(3)))
+    assert generated.assignment() == listed.assignment() and len(listed.assignment()) == 3
+    with pytest.raises(InputError, match="seed must be an integer >= 0"):
+        place(topo, toy, [Job("a", "hog")], policy="random", seed=-1)
+
+
+def test_reserved_slots_tell_twin_machines_apart(toy: MeasuredSpeeds) -> None:
+    # Machine n0's well-connected GPU pairs are half reserved; its twin n1 is free. A 2-GPU
+    # job belongs on n1's best pair, not on what n0 has left.
+    topo = builtin("pcie-8gpu*2")
+    reserved = {f"n0:{i}": 2 for i in (1, 3, 5, 7)}
+    best = place(topo, toy, [Job("g", "hog", gpus=2)], policy="exact", reserved=reserved)
+    for name in ("greedy", "local-search", "spread"):
+        p = place(topo, toy, [Job("g", "hog", gpus=2)], policy=name, reserved=reserved)
+        assert p.objective == pytest.approx(best.objective), name
+    with pytest.raises(InputError, match="runs no job and has 3 reserved slot"):
+        place(topo, toy, [Job("a", "hog")], reserved={"n0:0": 3})

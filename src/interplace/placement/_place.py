@@ -125,6 +125,7 @@ def _place(
     reserved: Mapping[str, int] | None,
     start: float,
 ) -> Placement:
+    jobs = list(jobs)  # read twice below: an iterator would be spent by the first
     extended = with_counters(model, jobs, state)
     if extended is not model:
         model, cache = extended, None  # a new model: the cache answered for the old one

@@ -71,6 +71,23 @@ def cross_gpu_evidence(source: object) -> bool:
     return any(METRIC_RESOURCE.get(m) in shared for m in metrics)
 
 
+def never_faster(source: object) -> bool:
+    """Whether no co-runner can raise a job's speed under ``source``: in every draw, a job's
+    speed next to co-runners at most its speed alone (what ``exact``'s bound needs).
+
+    A fitted :class:`~interplace.model.InterferenceModel` guarantees it
+    (``tests/model/test_properties.py``); a source that declares ``never_faster`` (e.g.
+    :class:`MeasuredSpeeds`, False where a measured pair runs above 1) is taken at its word;
+    any other is not assumed to.
+    """
+    declared = getattr(source, "never_faster", None)
+    if isinstance(declared, bool):
+        return declared
+    from interplace.model import InterferenceModel
+
+    return isinstance(source, InterferenceModel)
+
+
 def _mask(names: Iterable[str]) -> int:
     m = 0
     for r in names:
@@ -175,6 +192,8 @@ class Problem:
         self.max_per_gpu = max_per_gpu
         self.objective = objective
         self.num_samples = num_samples
+        if not is_int(seed, 0):
+            raise InputError(f"seed must be an integer >= 0, not {seed!r}")
         self.seed = int(seed)
         state = state or ClusterState.empty()
         jobs = list(jobs)
@@ -344,6 +363,11 @@ class Problem:
         """Whether instances ``i`` and ``k`` may share a GPU (no forbidden type pair)."""
         return self._share_ok(self.inst_type[i], self.inst_type[k])
 
+    def taken(self, st: State, g: int) -> int:
+        """Slots of GPU ``g`` in use: its jobs and its reserved slots (jobs the model cannot
+        see), what load-balancing and packing policies count."""
+        return len(st.occ[g]) + self.reserved[g]
+
     def can_host(self, st: State, i: int, g: int) -> bool:
         """Whether instance ``i`` may join GPU ``g``: a free slot and no forbidden pair."""
         occ = st.occ[g]
@@ -366,8 +390,11 @@ class Problem:
         for g, occ in enumerate(st.occ):
             if len(occ) + self.reserved[g] > self.max_per_gpu:
                 ids = ", ".join(self.jobs[k].job_id for k in occ)
+                held = f"runs {len(occ)} jobs ({ids})" if occ else "runs no job"
+                if self.reserved[g]:
+                    held += f" and has {self.reserved[g]} reserved slot(s)"
                 raise InputError(
-                    f"state: GPU {self.gpus[g]} runs {len(occ)} jobs ({ids}), more than "
+                    f"state: GPU {self.gpus[g]} {held}, more than "
                     f"max_per_gpu={self.max_per_gpu}"
                 )
         self.refresh(st, range(self.n_running))
@@ -810,7 +837,7 @@ class Problem:
                 continue
             sig = (
                 len(idx),
-                tuple(tuple(sorted(t[k] for k in st.occ[g])) for g in idx),
+                tuple((self.reserved[g], *sorted(t[k] for k in st.occ[g])) for g in idx),
                 self.machine_signature(self.machine_of[idx[0]]) if len(self.machines) > 1 else None,
             )
             if sig in seen:

@@ -77,6 +77,12 @@ class MeasuredSpeeds:
         object.__setattr__(self, "_jobs", tuple(sorted(names)))
 
     @property
+    def never_faster(self) -> bool:
+        """Whether no co-runner raises a job's speed here: no measured speed (nor the
+        default) above 1, a job's speed alone (Lucid's data has pairs above 1)."""
+        return all(v <= 1 for v in self.speed.values()) and (self.default or 0) <= 1
+
+    @property
     def jobs(self) -> tuple[str, ...]:
         """Every job type named by a measurement or a forbidden pair, sorted."""
         return self._jobs
@@ -160,6 +166,9 @@ class MeasuredOverModel:
     >>> bool(abs(got - want) < 1e-9)
     True
     """
+
+    never_faster = False
+    """A measured pair re-centred on its measurement may run faster than the job alone."""
 
     def __init__(self, model: SpeedSource, pairs: pd.DataFrame) -> None:
         missing = [c for c in ("job", "co_runner", "speed") if c not in pairs.columns]

@@ -21,9 +21,12 @@ pending; the incumbent starts
 at ``local-search``'s answer; a branch is cut when it cannot place more jobs than the incumbent
 or, placing as many, its bound cannot beat it. Because a co-runner never raises a job's speed
 (the model guarantees it), the bound is the objective of the jobs already placed, as they run
-now, with every unplaced job at its speed alone. Placing more jobs comes first, then the
-objective. The search stops after ``node_budget`` nodes and returns the best placement found,
-with ``info["exact"] = False``: then the answer is not proven optimal.
+now, with every unplaced job at its speed alone. A source that cannot promise that
+(:func:`~interplace.placement._problem.never_faster`: measured speeds with pairs above a job's
+speed alone, or measured pairs over a model) gets no bound: the search is exhaustive, cut
+only by the count of jobs placed (``info["exact_bound"]`` says which). Placing more jobs comes
+first, then the objective. The search stops after ``node_budget`` nodes and returns the best
+placement found, with ``info["exact"] = False``: then the answer is not proven optimal.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from __future__ import annotations
 import networkx as nx
 import torch
 
-from interplace.placement._problem import RISK_QUANTILE, Problem, State
+from interplace.placement._problem import RISK_QUANTILE, Problem, State, never_faster
 from interplace.placement.local_search import local_search
 
 __all__ = ["NODE_BUDGET", "exact"]
@@ -179,6 +182,8 @@ def _branch_and_bound(problem: Problem, seed: int, node_budget: int) -> State:
         "value": problem.value(incumbent),
     }
     alone = {i: problem.alone_handle(i) for i in order}
+    use_bound = never_faster(problem.source)
+    problem.info["exact_bound"] = use_bound
     nodes = 0
     st = problem.empty_state()
 
@@ -210,7 +215,7 @@ def _branch_and_bound(problem: Problem, seed: int, node_budget: int) -> State:
             if placed > best_placed or value > best_value + 1e-12:
                 best.update(state=st.copy(), placed=placed, value=value)
             return
-        if placed + remaining == best_placed and bound(pos) <= best_value + 1e-12:
+        if use_bound and placed + remaining == best_placed and bound(pos) <= best_value + 1e-12:
             return
         i = order[pos]
         options = problem.candidates(st, i, exhaustive=True)

@@ -85,20 +85,21 @@ def lucid(
             return problem.can_host(st, i, g) and all(ci + cls[t[k]] <= 2 for k in st.occ[g])
 
         if n == 1:
-            idle = [g for g in range(len(problem.gpus)) if not st.occ[g] and ok(g)]
+            idle = [g for g in range(len(problem.gpus)) if not problem.taken(st, g) and ok(g)]
             options = idle or [g for g in range(len(problem.gpus)) if ok(g)]
             if options:
-                g = min(options, key=lambda g: (load(g), len(st.occ[g]), g))
+                g = min(options, key=lambda g: (load(g), problem.taken(st, g), g))
                 problem.assign(st, i, (g,))
             continue
         best: tuple[int, ...] | None = None
         best_key: tuple[int, int] | None = None
         for idx in problem.machines.values():
-            free = sorted((g for g in idx if ok(g)), key=lambda g: (len(st.occ[g]), load(g), g))
+            free = sorted((g for g in idx if ok(g)),
+                          key=lambda g: (problem.taken(st, g), load(g), g))
             if len(free) < n:
                 continue
             chosen = tuple(sorted(free[:n]))
-            key = (sum(load(g) + len(st.occ[g]) for g in chosen), chosen[0])
+            key = (sum(load(g) + problem.taken(st, g) for g in chosen), chosen[0])
             if best_key is None or key < best_key:
                 best, best_key = chosen, key
         if best is not None:

@@ -3,7 +3,7 @@
 Each new job (gangs first) goes to the feasible GPU with the fewest free slots (ties: the
 lowest index); a gang to the machine with the fewest free slots that fits it, on its fullest
 GPUs. It frees whole GPUs and machines for later jobs, and co-locates as much as it can.
-Complexity :math:`O(n g)`.
+Reserved slots (jobs the model cannot see) are not free. Complexity :math:`O(n g)`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def pack(problem: Problem, *, seed: int = 0) -> State:
         if n == 1:
             options = [g for g in range(len(problem.gpus)) if problem.can_host(st, i, g)]
             if options:
-                g = min(options, key=lambda g: (cap - len(st.occ[g]), g))
+                g = min(options, key=lambda g: (cap - problem.taken(st, g), g))
                 problem.assign(st, i, (g,))
             continue
         best: tuple[int, ...] | None = None
@@ -32,8 +32,8 @@ def pack(problem: Problem, *, seed: int = 0) -> State:
             free = [g for g in idx if problem.can_host(st, i, g)]
             if len(free) < n:
                 continue
-            slots = sum(cap - len(st.occ[g]) for g in idx)
-            chosen = tuple(sorted(sorted(free, key=lambda g: (cap - len(st.occ[g]), g))[:n]))
+            slots = sum(cap - problem.taken(st, g) for g in idx)
+            chosen = tuple(sorted(sorted(free, key=lambda g: (cap - problem.taken(st, g), g))[:n]))
             key = (slots, chosen[0])
             if best_key is None or key < best_key:
                 best, best_key = chosen, key

@@ -2,7 +2,8 @@
 
 Each new job (gangs first) goes to the feasible GPU with the fewest jobs, in the machine with
 the fewest jobs (ties: the lowest index); a gang to the least loaded machine that fits it, on
-its least loaded GPUs. It co-locates only when every GPU is busy. Complexity :math:`O(n g)`.
+its least loaded GPUs. It co-locates only when every GPU is busy. Reserved slots (jobs the
+model cannot see) count as jobs. Complexity :math:`O(n g)`.
 """
 
 from __future__ import annotations
@@ -18,14 +19,14 @@ def spread(problem: Problem, *, seed: int = 0) -> State:
     st = problem.empty_state()
 
     def machine_load(g: int) -> int:
-        return sum(len(st.occ[h]) for h in problem.machines[problem.machine_of[g]])
+        return sum(problem.taken(st, h) for h in problem.machines[problem.machine_of[g]])
 
     for i in problem.order():
         n = problem.jobs[i].gpus
         if n == 1:
             options = [g for g in range(len(problem.gpus)) if problem.can_host(st, i, g)]
             if options:
-                g = min(options, key=lambda g: (len(st.occ[g]), machine_load(g), g))
+                g = min(options, key=lambda g: (problem.taken(st, g), machine_load(g), g))
                 problem.assign(st, i, (g,))
             continue
         best: tuple[int, ...] | None = None
@@ -34,8 +35,8 @@ def spread(problem: Problem, *, seed: int = 0) -> State:
             free = [g for g in idx if problem.can_host(st, i, g)]
             if len(free) < n:
                 continue
-            load = sum(len(st.occ[g]) for g in idx)
-            chosen = tuple(sorted(sorted(free, key=lambda g: (len(st.occ[g]), g))[:n]))
+            load = sum(problem.taken(st, g) for g in idx)
+            chosen = tuple(sorted(sorted(free, key=lambda g: (problem.taken(st, g), g))[:n]))
             key = (load, chosen[0])
             if best_key is None or key < best_key:
                 best, best_key = chosen, key
