@@ -80,3 +80,28 @@ def test_a_bool_is_not_a_number_where_it_was_taken_as_one() -> None:
         MeasuredSpeeds({("a", "b"): True})
     with pytest.raises(InputError, match=r"multiplex_frac must be in \[0, 1\], not True"):
         synthetic(3, seed=0, multiplex_frac=True)
+
+
+@pytest.mark.parametrize(
+    ("reader", "header", "row"),
+    [
+        ("runs", "run_id,job,throughput", "r1,a,1.0,9"),
+        ("samples", "run_id,t_s,metric,value", "r1,0,gpu_util_pct,50,9"),
+        ("jobs", "job_id,job,gpus", "j1,a,1,extra"),
+        ("state", "job_id,job,gpu", "r1,a,0,extra"),
+    ],
+)
+def test_a_row_longer_than_the_header_is_refused_not_shifted(
+    tmp_path: Path, reader: str, header: str, row: str
+) -> None:
+    # pandas reads a first row with one field more than the header as an index column plus
+    # the rest shifted by one (a job read next to the wrong co-runner, without a word).
+    from interplace.datasets.runs import read_runs, read_samples
+    from interplace.placement.io import read_jobs, read_state
+
+    read = {"runs": read_runs, "samples": read_samples, "jobs": read_jobs,
+            "state": read_state}[reader]
+    path = tmp_path / f"{reader}.csv"
+    path.write_text(f"{header}\n{row}\n")
+    with pytest.raises(InputError, match="a row has more fields than the header"):
+        read(path)

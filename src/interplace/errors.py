@@ -1,4 +1,5 @@
-"""Errors raised on bad input, and the atomic file writes every output goes through.
+"""Errors raised on bad input, the atomic file writes every output goes through, and the
+strict CSV read every input table goes through.
 
 Every problem with what a user handed us (a missing file, malformed XML, an unknown GPU id)
 raises :class:`InputError` with a one-line message naming the problem. The CLI turns it into
@@ -12,9 +13,13 @@ import json
 import math
 import os
 import tempfile
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, TypeGuard
+from typing import IO, TYPE_CHECKING, Any, TypeGuard
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "InputError",
@@ -24,6 +29,7 @@ __all__ = [
     "is_int",
     "is_real",
     "parse_json",
+    "read_csv",
     "read_input",
     "read_json",
 ]
@@ -146,6 +152,31 @@ def check_output_file(path: str | os.PathLike[str]) -> Path:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise InputError(f"cannot write to {parent}: permission denied")
     return p
+
+
+def read_csv(source: Any, **kwargs: Any) -> pd.DataFrame:
+    r"""``pandas.read_csv(source, **kwargs)``, where a row with more fields than the header is
+    an :class:`InputError`: pandas would take the extra field of the first rows for an index
+    column and shift every column by one, silently (``job,co_runner`` over ``a,b,c`` read as
+    ``b`` next to ``c``), or, told there is no index, drop the extra fields with a warning.
+
+    >>> import io
+    >>> read_csv(io.StringIO("job,speed\na,0.5\n")).to_dict("records")
+    [{'job': 'a', 'speed': 0.5}]
+    >>> read_csv(io.StringIO("job,co_runner\na,b,c\n"))
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: a row has more fields than the header
+    """
+    import pandas as pd
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pd.errors.ParserWarning)
+        try:
+            frame: pd.DataFrame = pd.read_csv(source, index_col=False, **kwargs)
+            return frame
+        except pd.errors.ParserWarning:
+            raise InputError("a row has more fields than the header") from None
 
 
 def read_input(path: str | os.PathLike[str]) -> bytes:

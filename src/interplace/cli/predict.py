@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, cast
 
 from interplace.cli._common import Subparsers, int_at_least
-from interplace.errors import InputError, atomic_write, check_output_file, first_line
+from interplace.errors import InputError, atomic_write, check_output_file, first_line, read_csv
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -31,7 +31,7 @@ def _read_pairs(path: Path) -> pd.DataFrame:
     try:
         if suffix == ".csv":
             # Every cell as text, nothing read as missing: a job called "NA" stays "NA".
-            pairs = pd.read_csv(path, dtype=str, keep_default_na=False)
+            pairs = read_csv(path, dtype=str, keep_default_na=False)
         else:
             pairs = pd.read_parquet(path)
     except pd.errors.EmptyDataError:

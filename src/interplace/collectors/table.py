@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from interplace.errors import InputError, atomic_write, first_line
+from interplace.errors import InputError, atomic_write, first_line, read_csv
 
 __all__ = [
     "CANONICAL_METRICS",
@@ -230,10 +230,10 @@ def _read_csv(source: Path | IO[bytes], what: str) -> pd.DataFrame:
     strings = {c: str for c in (*_STRING_COLUMNS, "run_id")}
     numbers = {c: _NA_STRINGS for c in ("t_s", "value", "scale")}
     try:
-        return pd.read_csv(source, dtype=strings, keep_default_na=False, na_values=numbers)
+        return read_csv(source, dtype=strings, keep_default_na=False, na_values=numbers)
     except pd.errors.EmptyDataError as e:
         raise InputError(f"{what}: file is empty (no header line)") from e
-    except pd.errors.ParserError as e:
+    except (pd.errors.ParserError, InputError) as e:
         raise InputError(f"{what}: malformed CSV: {first_line(e)}") from e
     except UnicodeDecodeError as e:
         raise InputError(f"{what}: not UTF-8 text ({e.reason} at byte {e.start})") from e

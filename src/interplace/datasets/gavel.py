@@ -70,7 +70,7 @@ from typing import Any
 import pandas as pd
 
 from interplace.datasets.runs import CoLocationData, read_runs
-from interplace.errors import InputError, is_real
+from interplace.errors import InputError, is_real, read_csv
 
 __all__ = [
     "GAVEL_COMMIT",
@@ -373,14 +373,14 @@ def read_converted(
         if not path.is_file():
             raise InputError(f"no such file: {path}")
     try:
-        inf_df = pd.read_csv(
+        inf_df = read_csv(
             infeasible,
             dtype={c: str for c in _INFEASIBLE_COLUMNS},
             keep_default_na=False,
             na_values={"co_runner": [""]},
         )
-        scaling_df = pd.read_csv(scaling, dtype={"job": str, "gpu_type": str})
-    except (OSError, ValueError) as exc:
+        scaling_df = read_csv(scaling, dtype={"job": str, "gpu_type": str})
+    except (OSError, ValueError, InputError) as exc:
         raise InputError(f"cannot read the converted Gavel data: {exc}") from exc
     for name, frame, need in (
         (infeasible, inf_df, _INFEASIBLE_COLUMNS),

@@ -57,7 +57,7 @@ import numpy as np
 import pandas as pd
 
 from interplace.datasets.runs import CoLocationData
-from interplace.errors import InputError, first_line
+from interplace.errors import InputError, first_line, read_csv
 
 __all__ = ["load_lucid", "lucid_job_name"]
 
@@ -86,8 +86,9 @@ def _read(path: Path, need: tuple[str, ...]) -> pd.DataFrame:
     if not path.is_file():
         raise InputError(f"no such file: {path} (expected Lucid's {path.name})")
     try:
-        df = pd.read_csv(path)
-    except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        df = read_csv(path)
+    except (OSError, ValueError, InputError, pd.errors.ParserError,
+            pd.errors.EmptyDataError) as exc:
         first = first_line(exc)
         raise InputError(f"cannot read {path}: {first}") from exc
     missing = [c for c in need if c not in df.columns]

@@ -68,7 +68,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from interplace.errors import InputError, atomic_write, first_line
+from interplace.errors import InputError, atomic_write, first_line, read_csv
 
 __all__ = [
     "MODES",
@@ -359,7 +359,7 @@ def _read_table(path: Path, what: str) -> pd.DataFrame:
     try:
         if suffix == ".csv":
             header = pd.read_csv(path, nrows=0).columns.tolist()
-            return pd.read_csv(
+            return read_csv(
                 path,
                 dtype={c: str for c in header if c in _TEXT_COLUMNS},
                 keep_default_na=False,

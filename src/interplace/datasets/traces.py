@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from interplace.errors import InputError, first_line
+from interplace.errors import InputError, first_line, read_csv
 
 __all__ = [
     "TRACE_COLUMNS",
@@ -160,7 +160,7 @@ def _read_csv(
     if not p.is_file():
         raise InputError(f"no such file: {p}")
     try:
-        df = pd.read_csv(p, dtype={c: str for c in text}, keep_default_na=False, na_values=[""])
+        df = read_csv(p, dtype={c: str for c in text}, keep_default_na=False, na_values=[""])
     except Exception as exc:  # pandas' parser errors, UnicodeDecodeError, OSError
         first = first_line(exc)
         raise InputError(f"cannot read {p}: {first}") from exc

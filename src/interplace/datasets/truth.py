@@ -55,7 +55,7 @@ from typing import IO, Any, cast
 import numpy as np
 import pandas as pd
 
-from interplace.errors import InputError, atomic_write, first_line, parse_json, read_input
+from interplace.errors import InputError, atomic_write, first_line, parse_json, read_csv, read_input
 
 __all__ = ["TRUTH_FILE", "TRUTH_FORMAT_VERSION", "read_truth", "write_truth"]
 
@@ -248,12 +248,15 @@ def _read_frame(obj: dict[str, Any], directory: Path, where: str) -> pd.DataFram
     try:
         # Floats are read as text and parsed by Python's float(), which is correctly rounded,
         # so every float written with repr comes back bit for bit (whatever pandas' parser).
-        df = pd.read_csv(
-            path,
-            dtype={c: (t if kinds[c] == "number" else str) for c, t in dtypes.items()},
-            keep_default_na=False,
-            na_values={c: [""] for c in dtypes if kinds[c] != "float"},
-        )
+        try:
+            df = read_csv(
+                path,
+                dtype={c: (t if kinds[c] == "number" else str) for c, t in dtypes.items()},
+                keep_default_na=False,
+                na_values={c: [""] for c in dtypes if kinds[c] != "float"},
+            )
+        except InputError as exc:
+            raise InputError(f"{path}: {exc}") from None
         if df.columns.tolist() != list(dtypes):
             raise InputError(
                 f"{path}: columns {', '.join(map(str, df.columns))} are not the columns "

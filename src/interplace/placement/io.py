@@ -24,7 +24,7 @@ from typing import IO, Any, cast
 
 import pandas as pd
 
-from interplace.errors import InputError, atomic_write, check_output_file, first_line
+from interplace.errors import InputError, atomic_write, check_output_file, first_line, read_csv
 from interplace.placement._types import DEFAULT_COMM_SHARE, ClusterState, Job, Placement, Running
 
 __all__ = [
@@ -52,7 +52,7 @@ def _read(path: str | os.PathLike[str], what: str) -> pd.DataFrame:
     try:
         if suffix == ".csv":
             header = pd.read_csv(p, nrows=0).columns.tolist()
-            frame = pd.read_csv(
+            frame = read_csv(
                 p, dtype={c: str for c in header if c in _TEXT}, keep_default_na=False,
                 na_values={c: [""] for c in header if c not in _TEXT},
             )
