@@ -325,7 +325,7 @@ def test_console_script_reports_errors_without_traceback(tmp_path: Path) -> None
                           check=False)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
-    assert proc.stderr.startswith("interplace: error: unrecognised topology format")
+    assert proc.stderr.startswith(f"interplace: error: {bad}: unrecognised topology format")
     help_ = subprocess.run([exe, "topo", "--help"], capture_output=True, text=True,
                            check=False)
     assert help_.returncode == 0 and "--discover" in help_.stdout

@@ -105,3 +105,16 @@ def test_a_row_longer_than_the_header_is_refused_not_shifted(
     path.write_text(f"{header}\n{row}\n")
     with pytest.raises(InputError, match="a row has more fields than the header"):
         read(path)
+
+
+def test_a_directory_where_a_file_goes_is_named_as_such(tmp_path: Path) -> None:
+    from interplace.errors import atomic_write, check_input_file
+
+    d = tmp_path / "out.csv"
+    d.mkdir()
+    with pytest.raises(InputError, match=r"out\.csv is a directory, not a file"), \
+            atomic_write(d) as fh:
+        fh.write("x")  # pragma: no cover - refused before
+    assert [p.name for p in tmp_path.iterdir()] == ["out.csv"]  # no temporary left
+    with pytest.raises(InputError, match=r"out\.csv is a directory, not a file"):
+        check_input_file(d)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "InputError",
     "atomic_write",
+    "check_input_file",
     "check_output_file",
     "first_line",
     "is_int",
@@ -116,6 +117,8 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[s
     target = Path(path)
     if not target.parent.exists():
         raise InputError(f"output directory does not exist: {target.parent}")
+    if target.is_dir():
+        raise InputError(f"{target} is a directory, not a file")
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         # mkstemp creates 0600 files; give the output the mode an ordinary open() would.
@@ -177,6 +180,26 @@ def read_csv(source: Any, **kwargs: Any) -> pd.DataFrame:
             return frame
         except pd.errors.ParserWarning:
             raise InputError("a row has more fields than the header") from None
+
+
+def check_input_file(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a Path if it is a file; otherwise an :class:`InputError` saying what it is.
+
+    >>> check_input_file("/nonexistent/runs.csv")
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: no such file: /nonexistent/runs.csv
+    >>> check_input_file("/")
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: / is a directory, not a file
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{p} is a directory, not a file")
+    if not p.is_file():
+        raise InputError(f"no such file: {p}")
+    return p
 
 
 def read_input(path: str | os.PathLike[str]) -> bytes:

@@ -115,6 +115,8 @@ def test_save_refuses_to_overwrite_foreign_paths(
 
 def test_saved_directory_holds_json_and_safetensors_only(saved: Path) -> None:
     assert sorted(p.name for p in saved.iterdir()) == [META, WEIGHTS]
+    # Readable by a service running as another user (safetensors alone writes 0600).
+    assert {(saved / f).stat().st_mode & 0o777 for f in (META, WEIGHTS)} == {0o644}
     meta = json.loads((saved / META).read_text())
     assert meta["format_version"] == FORMAT_VERSION
     raw = (saved / WEIGHTS).read_bytes()

@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, cast
 
 from interplace.cli._common import Subparsers, int_at_least
-from interplace.errors import InputError, atomic_write, check_output_file, first_line, read_csv
+from interplace.errors import (
+    InputError,
+    atomic_write,
+    check_input_file,
+    check_output_file,
+    first_line,
+    read_csv,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -23,8 +30,7 @@ def _read_pairs(path: Path) -> pd.DataFrame:
     """The pairs table to predict, names kept as text (its rows are checked by the model)."""
     import pandas as pd
 
-    if not path.is_file():
-        raise InputError(f"no such file: {path}")
+    check_input_file(path)
     suffix = path.suffix.lower()
     if suffix not in _PREDICT_SUFFIXES:
         raise InputError(f"{path}: unknown pairs file type {path.suffix!r} (use .csv or .parquet)")

@@ -28,6 +28,8 @@ def _run(args: argparse.Namespace) -> int:
     if not policies:
         raise InputError("--policies names no policy")
     trace = args.trace
+    if trace not in ("synthetic", "philly") and Path(trace).is_dir():
+        raise InputError(f"trace {trace} is a directory, not a file")
     if trace not in ("synthetic", "philly") and not Path(trace).is_file():
         raise InputError(f"no such trace file: {trace} (or use synthetic, philly)")
     if args.plot is not None and Path(args.plot).exists() and not Path(args.plot).is_dir():

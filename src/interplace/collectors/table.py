@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from interplace.errors import InputError, atomic_write, first_line, read_csv
+from interplace.errors import InputError, atomic_write, check_input_file, first_line, read_csv
 
 __all__ = [
     "CANONICAL_METRICS",
@@ -212,10 +212,7 @@ def read_samples(path: str | os.PathLike[str]) -> pd.DataFrame:
     """
     p = Path(path)
     ext = _extension(p)
-    if not p.exists():
-        raise InputError(f"no such file: {p}")
-    if not p.is_file():
-        raise InputError(f"{p}: not a regular file")
+    check_input_file(p)
     if p.stat().st_size == 0:
         raise InputError(f"{p}: file is empty")
     df = _read_csv(p, str(p)) if ext == ".csv" else _read_parquet(p, str(p))

@@ -70,7 +70,7 @@ from typing import Any
 import pandas as pd
 
 from interplace.datasets.runs import CoLocationData, read_runs
-from interplace.errors import InputError, is_real, read_csv
+from interplace.errors import InputError, check_input_file, is_real, read_csv
 
 __all__ = [
     "GAVEL_COMMIT",
@@ -241,8 +241,7 @@ def read_gavel_json(
     [['k80/iso/a', 'a', 2.0, 'k80']]
     """
     p = Path(path)
-    if not p.is_file():
-        raise InputError(f"no such file: {p}")
+    check_input_file(p)
     try:
         raw = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
@@ -370,8 +369,7 @@ def read_converted(
     """
     runs_df = read_runs(runs)
     for path in (infeasible, scaling):
-        if not path.is_file():
-            raise InputError(f"no such file: {path}")
+        check_input_file(path)
     try:
         inf_df = read_csv(
             infeasible,

@@ -68,7 +68,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from interplace.errors import InputError, atomic_write, first_line, read_csv
+from interplace.errors import InputError, atomic_write, check_input_file, first_line, read_csv
 
 __all__ = [
     "MODES",
@@ -353,8 +353,7 @@ class CoLocationData:
 
 def _read_table(path: Path, what: str) -> pd.DataFrame:
     """A CSV or Parquet file as a DataFrame; text id columns stay strings."""
-    if not path.is_file():
-        raise InputError(f"no such file: {path}")
+    check_input_file(path)
     suffix = path.suffix.lower()
     try:
         if suffix == ".csv":

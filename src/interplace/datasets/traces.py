@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from interplace.errors import InputError, first_line, read_csv
+from interplace.errors import InputError, check_input_file, first_line, read_csv
 
 __all__ = [
     "TRACE_COLUMNS",
@@ -157,8 +157,7 @@ def _read_csv(
     path: str | os.PathLike[str], need: Sequence[str], text: Sequence[str]
 ) -> pd.DataFrame:
     p = Path(path)
-    if not p.is_file():
-        raise InputError(f"no such file: {p}")
+    check_input_file(p)
     try:
         df = read_csv(p, dtype={c: str for c in text}, keep_default_na=False, na_values=[""])
     except Exception as exc:  # pandas' parser errors, UnicodeDecodeError, OSError

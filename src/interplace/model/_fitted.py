@@ -697,6 +697,8 @@ class InterferenceModel:
         try:
             save_file(tensors, str(tmp / _WEIGHTS), metadata={"format": _FORMAT_NAME})
             (tmp / _META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+            for f in (_WEIGHTS, _META):  # safetensors writes 0600: a server user reads it
+                os.chmod(tmp / f, 0o644)
             os.chmod(tmp, 0o755)
             if target.exists():
                 old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=parent))

@@ -24,7 +24,14 @@ from typing import IO, Any, cast
 
 import pandas as pd
 
-from interplace.errors import InputError, atomic_write, check_output_file, first_line, read_csv
+from interplace.errors import (
+    InputError,
+    atomic_write,
+    check_input_file,
+    check_output_file,
+    first_line,
+    read_csv,
+)
 from interplace.placement._types import DEFAULT_COMM_SHARE, ClusterState, Job, Placement, Running
 
 __all__ = [
@@ -44,8 +51,7 @@ _SUFFIXES = (".csv", ".parquet")
 
 def _read(path: str | os.PathLike[str], what: str) -> pd.DataFrame:
     p = Path(path)
-    if not p.is_file():
-        raise InputError(f"no such file: {p}")
+    check_input_file(p)
     suffix = p.suffix.lower()
     if suffix not in _SUFFIXES:
         raise InputError(f"{p}: unknown {what} file type {p.suffix!r} (use .csv or .parquet)")

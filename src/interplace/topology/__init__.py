@@ -108,8 +108,17 @@ def load(spec: str | os.PathLike[str], format: str = "auto") -> Topology:
             return replay_discovery(path)
         raise InputError(f"{path} is a directory, not a topology file or a --record directory")
     text = read_input(path).decode("utf-8", errors="replace")
-    fmt = detect_format(text) if format == "auto" else format
-    name = path.stem
+    if format not in ("auto", *FORMATS):
+        raise InputError(
+            f"unknown topology format {format!r} (formats: auto, {', '.join(FORMATS)})"
+        )
+    try:
+        return _parse(text, detect_format(text) if format == "auto" else format, path.stem)
+    except InputError as exc:  # name the file: a node's topology may be one of many
+        raise InputError(f"{path}: {exc}") from None
+
+
+def _parse(text: str, fmt: str, name: str) -> Topology:
     if fmt == "nvidia-smi":
         from interplace.topology.nvsmi import from_nvidia_smi
 
@@ -118,8 +127,6 @@ def load(spec: str | os.PathLike[str], format: str = "auto") -> Topology:
         from interplace.topology.nccl import from_nccl_xml
 
         return from_nccl_xml(text, name=name)
-    if fmt == "hwloc":
-        from interplace.topology.hwloc import from_hwloc_xml
+    from interplace.topology.hwloc import from_hwloc_xml
 
-        return from_hwloc_xml(text, name=name)
-    raise InputError(f"unknown topology format {format!r} (formats: auto, {', '.join(FORMATS)})")
+    return from_hwloc_xml(text, name=name)
