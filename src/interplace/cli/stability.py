@@ -33,7 +33,8 @@ def _run(args: argparse.Namespace) -> int:
     out = None if args.out is None else check_output_file(args.out)
     plot_dir = None if args.plot is None else Path(args.plot)
     if plot_dir is not None and not plot_dir.is_dir():
-        raise InputError(f"plot directory does not exist: {plot_dir}")
+        why = "is not a directory" if plot_dir.exists() else "does not exist"
+        raise InputError(f"plot directory {plot_dir} {why}")
     topology = None
     if args.topology is not None:
         from interplace.topology import load

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import subprocess
 import sys
 import threading
@@ -78,6 +79,8 @@ def _run(args: argparse.Namespace) -> int:
         cmd = cmd[1:]
     if not cmd:
         raise InputError("no command given: interplace tune ... --out trials.csv -- CMD ARGS")
+    if shutil.which(cmd[0]) is None:
+        raise InputError(f"cannot run {cmd[0]}: no such command (or not executable)")
     space = load_space(args.space)
     out = check_output_file(args.out)
     log = TrialsFile(out, space)
@@ -147,8 +150,8 @@ def _run(args: argparse.Namespace) -> int:
     summary = f"{n} trial(s) in {out} ({ran} run now, {failed} failed now)"
     if best is None:
         sys.stdout.write(f"{summary}; no trial succeeded\n")
-    else:
-        sys.stdout.write(f"{summary}; best {best.value!r} at {json.dumps(best.params)}\n")
+        return 1 if ran else 0  # every trial run now failed: the command is broken
+    sys.stdout.write(f"{summary}; best {best.value!r} at {json.dumps(best.params)}\n")
     return 0
 
 

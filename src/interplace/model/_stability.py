@@ -322,7 +322,8 @@ class StabilityReport:
 
         out = Path(directory)
         if not out.is_dir():
-            raise InputError(f"plot directory does not exist: {out}")
+            why = "is not a directory" if out.exists() else "does not exist"
+            raise InputError(f"plot directory {out} {why}")
         perts = [p for p in self.perturbations if any(r.perturbation == p for r in self.replicates)]
         paths = [out / "stability_moves.png", out / "stability_jobs.png"]
 

@@ -161,14 +161,17 @@ def test_other_bad_input(capsys: pytest.CaptureFixture[str], space: Path,
     capsys.readouterr()
 
 
-def test_a_missing_command_fails_every_trial_without_crashing(
+def test_a_missing_command_is_refused_and_a_failing_one_fails_the_command(
         capsys: pytest.CaptureFixture[str], space: Path, tmp_path: Path) -> None:
     out = tmp_path / "trials.csv"
+    code, _, err = run(capsys, "tune", "--space", str(space), "--budget", "2", "--out",
+                       str(out), "--", str(tmp_path / "no-such-program"))
+    assert code == 2 and "cannot run" in err and "no-such-program" in err and not out.exists()
+    # A command that runs but never reports: every trial recorded as failed, exit status 1.
     code, stdout, _ = run(capsys, "tune", "--space", str(space), "--budget", "2", "--out",
-                          str(out), "--", str(tmp_path / "no-such-program"))
-    assert code == 0 and "no trial succeeded" in stdout
+                          str(out), "--", "false")
+    assert code == 1 and "no trial succeeded" in stdout
     assert [r["status"] for r in rows(out)] == ["failed", "failed"]
-    assert "cannot run" in rows(out)[0]["error"]
 
 
 def test_ctrl_c_loses_no_finished_trial(capsys: pytest.CaptureFixture[str], space: Path,
