@@ -118,6 +118,10 @@ def test_nvsmi_device_falls_back_to_the_bus_id_and_header_repeats_are_skipped() 
         ("timestamp, index, memory.used [MiB]\n2024/05/01 12:00:00.000, 0\n", "line 2: expected 3"),
         ("timestamp, index\n01/05/2024 12:00, 0\n", "line 2: bad timestamp '01/05/2024 12:00'"),
         ("timestamp, index, power.draw [W]\n2024/05/01 12:00:00.0, 0, 3 MiB\n", "unit 'MiB'"),
+        ("timestamp, index, utilization.memory [%]\n2024/05/01 12:00:00.0, 0, -12 %\n",
+         "mem_util_pct is -12, below 0"),
+        ("timestamp, index, utilization.gpu [%]\n2024/05/01 12:00:00.0, 0, 140 %\n",
+         "gpu_util_pct is 140, above 100"),
     ],
 )
 def test_nvsmi_refuses_bad_input(raw: str, message: str) -> None:
@@ -237,6 +241,20 @@ def test_perf_per_core_aggregation_ids() -> None:
     assert np.isnan(df["scale"].iloc[3])
 
 
+def test_perf_raw_pmu_events_and_counters_multiplexed_out() -> None:
+    # perf does not quote a raw event's comma-separated terms; a counter that ran under
+    # 0.005% of the interval prints a running percentage of 0.00 (no reading).
+    raw = (
+        "     1.001,123456,,cpu/event=0x3c,umask=0x00/,1001234567,100.00,,\n"
+        "     1.001,654321,,cpu/event=0xc0,umask=0x00/u,1001234567,50.00,,\n"
+        "     1.001,0,,cycles,0,0.00,,\n"
+    )
+    df = perf_stat.parse(raw)
+    assert df["metric"].tolist() == ["cpu/event=0x3c,umask=0x00/", "cpu/event=0xc0,umask=0x00/u"]
+    assert df["value"].tolist() == [123456.0, 654321.0]
+    assert df["scale"].tolist() == [1.0, 0.5]
+
+
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
@@ -294,6 +312,21 @@ def test_prometheus_prefers_the_profiling_pcie_field() -> None:
     assert series(df, "0", "pcie_tx_kbps") == [(0.0, 2000.0)]
     assert series(df, "0", "DCGM_FI_DEV_PCIE_TX_THROUGHPUT") == [(0.0, 1999.0)]
     assert series(df, "host", "process_open_fds") == [(0.0, 12.0)]
+
+
+def test_prometheus_series_of_switches_cpus_and_links_keep_their_devices() -> None:
+    # Without a gpu label every series landed on device "host": two switches' readings at one
+    # time under one key. A space before the labels is allowed, as Prometheus allows it.
+    raw = (
+        'DCGM_FI_DEV_NVSWITCH_TEMPERATURE_CURRENT{nvswitch="0",Hostname="n1"} 40\n'
+        'DCGM_FI_DEV_NVSWITCH_TEMPERATURE_CURRENT{nvswitch="1",Hostname="n1"} 41\n'
+        'DCGM_FI_DEV_CPU_UTIL_TOTAL {cpu="0",Hostname="n1"} 12\n'
+        'DCGM_FI_DEV_NVLINK_BANDWIDTH_L0{gpu="1",nvlink="3",Hostname="n1"} 7\n'
+        'DCGM_FI_DEV_GPU_TEMP {gpu="1",Hostname="n1"} 55\n'
+    )
+    df = prometheus.parse(raw)
+    assert df["device"].tolist() == ["nvswitch0", "nvswitch1", "cpu0", "1/nvlink3", "1"]
+    assert df["value"].tolist() == [40.0, 41.0, 12.0, 7.0, 55.0]
 
 
 def test_prometheus_label_escapes_and_repeated_series_start_a_scrape() -> None:

@@ -149,6 +149,6 @@ def ingest(
     if df.empty:
         unsup = f" (unavailable: {', '.join(unsupported)})" if unsupported else ""
         raise InputError(f"{p}: no samples in this {name} file{unsup}")
-    out = validate_samples(df, str(p))
+    out = validate_samples(df, str(p), ranges=True)
     out.attrs = {**df.attrs, "format": name, "source": str(p), "unsupported": unsupported}
     return out

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import IO, cast
+from typing import IO, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -44,6 +44,7 @@ __all__ = [
     "CANONICAL_METRICS",
     "OPTIONAL_COLUMNS",
     "SAMPLE_COLUMNS",
+    "check_ranges",
     "read_samples",
     "validate_samples",
     "write_samples",
@@ -120,7 +121,40 @@ def _strings(s: pd.Series, col: str, what: str) -> pd.Series:
     return s.astype(str)
 
 
-def validate_samples(df: pd.DataFrame, what: str) -> pd.DataFrame:
+def check_ranges(metric: Any, value: Any, what: str) -> None:
+    """Raise :class:`~interplace.errors.InputError` where a canonical metric is out of its
+    unit's range: below 0 (but a temperature), or a percentage above 100. Other metric names
+    are taken as they come. ``metric`` and ``value``: equally long sequences (rows numbered
+    from 0).
+
+    The readers of collected counters (``ingest``'s parsers, :func:`read_samples`) check
+    them; :func:`validate_samples` does where asked (``ranges=True``). A runs format's samples
+    table is not checked: simulated counters (``datasets.synthetic``, measured = true +
+    noise) dip below 0 near 0, as a noisy reading of a real one may after processing.
+
+    >>> check_ranges(["gpu_util_pct", "temp_c"], [50.0, -2.0], "x.csv")
+    >>> check_ranges(["gpu_util_pct", "mem_util_pct"], [50.0, -12.0], "x.csv")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: x.csv: row 1: mem_util_pct is -12, below 0 (% of time ...)
+    """
+    names = np.asarray(metric, dtype=object)
+    value = np.asarray(value, dtype=np.float64)
+    for name in set(names) & set(CANONICAL_METRICS):
+        rows = names == name
+        v = value[rows]
+        low = v < 0 if name != "temp_c" else np.zeros(len(v), dtype=bool)
+        high = v > 100 + 1e-9 if name.endswith("_pct") else np.zeros(len(v), dtype=bool)
+        bad = low | high
+        if bad.any():
+            i = int(np.flatnonzero(rows)[_first(bad)])
+            limit = "below 0" if low.any() and low[_first(bad)] else "above 100"
+            raise InputError(
+                f"{what}: row {i}: {name} is {value[i]:g}, {limit} ({CANONICAL_METRICS[name]})"
+            )
+
+
+def validate_samples(df: pd.DataFrame, what: str, *, ranges: bool = False) -> pd.DataFrame:
     """Check a long sample table and return a normalised copy.
 
     ``what`` names the table in error messages (a file name, say). Rows are numbered from 0 in
@@ -129,7 +163,8 @@ def validate_samples(df: pd.DataFrame, what: str) -> pd.DataFrame:
     columns first, and no row whose ``value`` is NaN (a missing sample). ``df.attrs`` is kept.
 
     Raises :class:`~interplace.errors.InputError` for a missing column, a non-finite ``t_s``,
-    an infinite ``value``, a ``scale`` outside (0, 1], a non-number in a numeric column or a
+    an infinite ``value``, with ``ranges`` a canonical metric out of its unit's range
+    (:func:`check_ranges`), a ``scale`` outside (0, 1], a non-number in a numeric column or a
     missing, empty or non-string entry in a string column.
 
     >>> import pandas as pd
@@ -169,6 +204,8 @@ def validate_samples(df: pd.DataFrame, what: str) -> pd.DataFrame:
     if np.isinf(value).any():
         i = _first(np.isinf(value))
         raise InputError(f"{what}: column 'value' row {i}: {value[i]} is not a finite number")
+    if ranges:
+        check_ranges(cols["metric"], value, what)
     cols["value"] = value
     if "run_id" in src.columns:
         cols["run_id"] = _strings(src["run_id"], "run_id", what)
@@ -216,7 +253,7 @@ def read_samples(path: str | os.PathLike[str]) -> pd.DataFrame:
     if p.stat().st_size == 0:
         raise InputError(f"{p}: file is empty")
     df = _read_csv(p, str(p)) if ext == ".csv" else _read_parquet(p, str(p))
-    return validate_samples(df, str(p))
+    return validate_samples(df, str(p), ranges=True)
 
 
 def _read_csv(source: Path | IO[bytes], what: str) -> pd.DataFrame:

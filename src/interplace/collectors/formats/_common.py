@@ -49,7 +49,7 @@ def samples_frame(
         cols["scale"] = np.asarray(scale, dtype=np.float64)
     df = pd.DataFrame(cols)
     df.attrs["unsupported"] = sorted(set(unsupported))
-    return validate_samples(df, what)
+    return validate_samples(df, what, ranges=True)
 
 
 def parse_float(token: str) -> float | None:

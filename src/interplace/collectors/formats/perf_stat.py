@@ -2,7 +2,8 @@
 
 The input format
 ----------------
-perf's CSV (documented in perf-stat(1), "CSV FORMAT"; commas are never quoted), one line per
+perf's CSV (documented in perf-stat(1), "CSV FORMAT"; commas are never quoted, so a raw PMU
+event's terms, ``cpu/event=0x3c,umask=0x00/``, span fields and are joined back), one line per
 counter per interval::
 
     time,[aggr-id,[cpus,]]counter-value,unit,event-name,run-time,pct-running,metric-value,metric-unit
@@ -12,7 +13,8 @@ counter per interval::
 ``--per-die`` / ``--per-node`` put an id like ``S0-D0-C1`` / ``S0`` / ``N0`` and the number of
 CPUs aggregated. Counter
 values ``<not counted>`` and ``<not supported>`` are skipped and the event listed in
-``df.attrs["unsupported"]``; lines starting with ``#`` (``# started on ...``), and the extra
+``df.attrs["unsupported"]``; a counter multiplexed out of the interval (pct-running printed
+as ``0.00``) gives no reading; lines starting with ``#`` (``# started on ...``), and the extra
 derived-metric lines whose counter fields are empty, are skipped; so are the ``--summary``
 lines (time field ``summary``: whole-run totals, not an interval). Only ``-x,`` is read, and
 only with ``-I`` (the first field must be the interval time stamp).
@@ -69,6 +71,11 @@ def _split(line: str) -> tuple[float, str, list[str]] | None:
         dev, rest = "host", f[1:]
     if len(rest) < 3:
         return None
+    # perf does not quote a raw PMU event's terms: cpu/event=0x3c,umask=0x00/ spans fields.
+    if rest[2].count("/") == 1:
+        end = next((k for k in range(3, len(rest)) if "/" in rest[k]), None)
+        if end is not None:
+            rest = [*rest[:2], ",".join(rest[2 : end + 1]), *rest[end + 1 :]]
     return t, dev, rest
 
 
@@ -142,8 +149,10 @@ def parse(text: str, host: str = "localhost") -> pd.DataFrame:
         count = parse_float(rest[0])
         assert count is not None  # _is_counter checked it
         pct = parse_float(rest[4]) if len(rest) > 4 else None
-        if pct is not None and not 0.0 < pct <= 100.0:
-            raise InputError(f"line {line_no}: running percentage {rest[4]!r} not in (0, 100]")
+        if pct is not None and not 0.0 <= pct <= 100.0:
+            raise InputError(f"line {line_no}: running percentage {rest[4]!r} not in [0, 100]")
+        if pct == 0.0:
+            continue  # multiplexed out of the interval (perf rounds to 0.00): no reading
         t_s.append(t)
         device.append(dev)
         metric.append(event)

@@ -32,9 +32,11 @@ A value that is NaN is a missing sample; an infinite value or one of DCGM's "bla
 found / no permission) is skipped and its metric listed in ``df.attrs["unsupported"]``.
 
 Host, device, time: ``host`` is the ``Hostname`` label, else the ``host`` argument. ``device`` is
-the ``gpu`` label (``"<gpu>/mig<GPU_I_ID>"`` for a MIG instance), ``"host"`` for a series without
-one. When every sample has a timestamp, ``t_s`` = (timestamp - earliest timestamp) / 1000; when
-none has, ``t_s`` = scrape index x ``interval_s`` (default 1 s); a mix raises. ``t_s`` starts at 0.
+the ``gpu`` label (``"<gpu>/mig<GPU_I_ID>"`` for a MIG instance, ``"<gpu>/nvlink<n>"`` for one
+link's series), else ``"nvswitch<n>"`` or ``"cpu<n>"`` from those labels, ``"host"`` for a
+series with none of them. When every sample has a timestamp, ``t_s`` = (timestamp - earliest
+timestamp) / 1000; when none has, ``t_s`` = scrape index x ``interval_s`` (default 1 s); a mix
+raises. ``t_s`` starts at 0.
 
 >>> df = parse('# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).\\n'
 ...            '# TYPE DCGM_FI_DEV_FB_USED gauge\\n'
@@ -84,10 +86,30 @@ _INT64_BLANK = float(0x7FFFFFFFFFFFFFF0)
 _FP64_BLANK = 140737488355328.0  # 2^47
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
-_SAMPLE = re.compile(rf"^({_NAME})(?:\{{(.*)\}})?\s+(\S+)(?:\s+(-?\d+))?$")
+_SAMPLE = re.compile(rf"^({_NAME})\s*(?:\{{(.*)\}})?\s+(\S+)(?:\s+(-?\d+))?$")
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
 _HELP = re.compile(rf"^#\s*(HELP|TYPE)\s+({_NAME})")
 _UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+
+def _device(labels: dict[str, str]) -> str:
+    """The ``device`` of a series from its labels (module docstring).
+
+    >>> _device({"gpu": "0", "GPU_I_ID": "1"}), _device({"gpu": "1", "nvlink": "3"})
+    ('0/mig1', '1/nvlink3')
+    >>> _device({"nvswitch": "2"}), _device({"cpu": "0"}), _device({"Hostname": "n1"})
+    ('nvswitch2', 'cpu0', 'host')
+    """
+    gpu = labels.get("gpu", "")
+    if gpu:
+        for label, part in (("GPU_I_ID", "mig"), ("nvlink", "nvlink")):
+            if labels.get(label, ""):
+                return f"{gpu}/{part}{labels[label]}"
+        return gpu
+    for label in ("nvswitch", "cpu"):
+        if labels.get(label, ""):
+            return f"{label}{labels[label]}"
+    return "host"
 
 
 def _labels(body: str | None, line_no: int) -> dict[str, str]:
@@ -188,12 +210,11 @@ def parse(text: str, host: str = "localhost", *, interval_s: float = 1.0) -> pd.
         if math.isinf(v) or _is_blank(v):
             unsupported.add(canon[0] if canon else name)
             continue
-        gpu = labels.get("gpu", "")
-        mig = labels.get("GPU_I_ID", "")
+        dev = _device(labels)
         stamps.append(float(sm.group(4)) if sm.group(4) is not None else math.nan)
         scrapes.append(scrape)
         hosts.append(labels.get("Hostname") or host)
-        device.append((f"{gpu}/mig{mig}" if mig else gpu) if gpu else "host")
+        device.append(dev)
         source.append(name)
         value.append(v * canon[1] if canon else v)
     present = set(source)
