@@ -182,7 +182,7 @@ def test_plot_writes_two_pngs(report: StabilityReport, tmp_path: Path) -> None:
     assert sorted(p.name for p in paths) == ["stability_jobs.png", "stability_moves.png"]
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    with pytest.raises(InputError, match="plot directory .* does not exist"):
+    with pytest.raises(InputError, match=r"plot directory .* does not exist"):
         report.plot(tmp_path / "missing")
 
 

@@ -385,6 +385,7 @@ TWO = "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \t{a}\t0-7\nGPU1\t{b}\t X \t0-7\n"
         (TWO.format(a="PHB", b="SYS"),
          r"^asymmetric matrix: GPU0/GPU1 is PHB \(line 2\) but GPU1/GPU0 is SYS \(line 3\)$"),
         (TWO.format(a="NV0", b="NV0"), r"cell GPU0/GPU1 is 'NV0'"),
+        (TWO.format(a="NV999999", b="NV999999"), r"'NV999999': a GPU pair bonds 1 to 64"),
         (TWO.format(a="X", b="X"), r"^line 2: cell GPU0/GPU1 is X off the diagonal$"),
         (TWO.format(a="NET", b="NET"), r"^line 2: cell GPU0/GPU1 is NET"),
         ("\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tPHB\t0-7\nGPU1\tPHB\t X \n",

@@ -166,13 +166,15 @@ def builtin(spec: str) -> Topology:
 
     >>> builtin("dgx1-v100").connection("0", "3")
     'NV2'
+    >>> builtin("DGX-A100*2").name
+    'dgx-a100*2'
     >>> builtin("nope")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     interplace.errors.InputError: unknown built-in topology 'nope' (built-ins: ...)
     """
     m = _CLUSTER.match(spec.strip())
-    name = m.group("name") if m else spec.strip()
+    name = (m.group("name") if m else spec.strip()).lower()  # DGX-A100 is dgx-a100
     if name not in BUILTINS:
         raise InputError(
             f"unknown built-in topology {name!r} (built-ins: {', '.join(builtin_names())})"

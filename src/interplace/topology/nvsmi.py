@@ -87,6 +87,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]")
 _GPU_COLUMN = re.compile(r"GPU(\d+)")
 _NIC_COLUMN = re.compile(r"NIC\d+")
 _NV = re.compile(r"NV(\d+)")
+_MAX_NVLINKS = 64  # per GPU pair; an H100 has 18 links in all
 _NIC_LEGEND = re.compile(r"\s*(NIC\d+)\s*:\s*(\S+)\s*")
 _DECIMAL = re.compile(r"0|[1-9][0-9]*")
 
@@ -167,8 +168,11 @@ def _cell(raw: str, row: str, col: str, ln: int) -> str:
     if cls == "X" or cls in _LEVEL:
         return cls
     m = _NV.fullmatch(cls)
-    if m is not None and int(m.group(1)) > 0:
+    if m is not None and 0 < int(m.group(1)) <= _MAX_NVLINKS:
         return f"NV{int(m.group(1))}"
+    if m is not None:
+        raise InputError(f"line {ln}: cell {row}/{col} is {raw!r}: a GPU pair bonds 1 to "
+                         f"{_MAX_NVLINKS} NVLinks")
     if cls == "NET":
         raise InputError(f"line {ln}: cell {row}/{col} is NET (GPUs on different machines); "
                          f"import each machine's nvidia-smi output on its own")
