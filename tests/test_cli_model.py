@@ -295,7 +295,7 @@ def test_fit_refuses_bad_outputs_and_topologies_before_fitting(
     runs = str(fitted.data / "runs.csv")
     occupied = _write(tmp_path / "model", "a file")
     cases = [
-        (["--out", str(occupied)], "exists and is not an interplace model directory"),
+        (["--out", str(occupied)], "exists and is not a directory"),
         (["--out", str(tmp_path / "missing" / "m")], "output directory does not exist"),
         (
             ["--out", str(tmp_path / "m"), "--topology", "dgx-z9000"],

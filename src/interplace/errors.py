@@ -26,6 +26,7 @@ __all__ = [
     "atomic_write",
     "check_input_file",
     "check_output_file",
+    "check_replaceable_dir",
     "first_line",
     "is_int",
     "is_real",
@@ -130,6 +131,38 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[s
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def check_replaceable_dir(
+    path: str | os.PathLike[str], own: tuple[str, ...], what: str
+) -> Path:
+    """``path`` as an absolute Path if a save of ``what`` may replace it: absent, an empty
+    directory, or one that holds only the files ``own`` a save writes. Anything else would be
+    deleted with it, so it is refused; so are the current directory and those above it (the
+    replacement is built beside the target and renamed onto it).
+
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "model.json").write_text("{}"); _ = (d / "notes.txt").write_text("mine")
+    >>> check_replaceable_dir(d, ("model.json",), "an interplace model")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: ... holds notes.txt, which is not part of an interplace model: ...
+    """
+    target = Path(path).absolute()
+    resolved, cwd = target.resolve(), Path.cwd().resolve()
+    if resolved == cwd or resolved in cwd.parents:
+        raise InputError(f"{path} is the current directory or above it: give {what} a "
+                         "directory of its own")
+    if not target.exists():
+        return target
+    if not target.is_dir():
+        raise InputError(f"{path} exists and is not a directory")
+    other = sorted(set(os.listdir(target)) - set(own))
+    if other:
+        raise InputError(f"{path} holds {other[0]}, which is not part of {what}: refusing to "
+                         "replace it (give a new or empty directory)")
+    return target
 
 
 def check_output_file(path: str | os.PathLike[str]) -> Path:

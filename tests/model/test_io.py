@@ -97,15 +97,21 @@ def test_save_refuses_to_overwrite_foreign_paths(
 ) -> None:
     file = tmp_path / "notes.txt"
     file.write_text("mine")
-    with pytest.raises(InputError, match="not an interplace model directory"):
+    with pytest.raises(InputError, match="exists and is not a directory"):
         small_model.save(file)
     assert file.read_text() == "mine"
     other = tmp_path / "other"
     other.mkdir()
     (other / "keep.txt").write_text("mine")
-    with pytest.raises(InputError, match="not an interplace model directory"):
+    with pytest.raises(InputError, match=r"holds keep\.txt, which is not part of an interplace"):
         small_model.save(other)
     assert sorted(p.name for p in other.iterdir()) == ["keep.txt"]
+    # A saved model with a file of the user's beside it: replacing the model would delete it.
+    small_model.save(other / "m")
+    (other / "m" / "notes.txt").write_text("mine")
+    with pytest.raises(InputError, match=r"holds notes\.txt"):
+        small_model.save(other / "m")
+    assert (other / "m" / "notes.txt").read_text() == "mine"
     with pytest.raises(InputError, match="output directory does not exist"):
         small_model.save(tmp_path / "missing" / "model")
 

@@ -323,3 +323,19 @@ def test_drop_samples_without_samples_is_refused_and_left_out_by_default() -> No
     rep = stability(data, perturbations=None, n=1, steps=20, workers=1, holdout_frac=None)
     assert "drop_samples" not in rep.perturbations
     assert rep.reference["coverage_90"] is None and not rep.coverage_kept
+
+
+def test_dropped_runs_leave_every_job_an_isolated_run() -> None:
+    # A job with two isolated runs could lose both at once: a co-located job then had no
+    # reference (the perturbed data was invalid) and a job only ever run alone vanished.
+    base = synthetic(4, seed=3).runs
+    extra = base[base.run_id == "iso/job0"].assign(run_id="iso2/job0")
+    lonely = pd.DataFrame({"run_id": ["solo/a", "solo/b"], "job": ["lonely", "lonely"],
+                           "throughput": [10.0, 11.0]})
+    data = CoLocationData(pd.concat([base, extra, lonely], ignore_index=True)[base.columns],
+                          None, "x")
+    for seed in range(60):
+        out, _, _ = _perturb("drop_runs", data, np.random.default_rng(seed), 0.9, 0.0)
+        size = out.run_sizes()
+        alone = out.runs.loc[out.runs["run_id"].map(size).eq(1), "job"]
+        assert set(alone) == set(data.runs["job"]), seed  # CoLocationData checked the rest

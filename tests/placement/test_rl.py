@@ -84,8 +84,16 @@ def test_tampered_files_are_refused(tmp_path: Path, trained: object) -> None:
         load_policy(path)
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "x").write_text("x")
-    with pytest.raises(InputError, match="not a policy directory"):
+    with pytest.raises(InputError, match="holds x, which is not part of an RL policy"):
         save_policy(trained, tmp_path / "other")  # type: ignore[arg-type]
+    assert (tmp_path / "other" / "x").read_text() == "x"
+    # A policy directory with a file of the user's: replacing it would delete the file; and
+    # the current directory is never replaced (its replacement is built inside it).
+    (tmp_path / "other" / "policy.json").write_text(meta)
+    with pytest.raises(InputError, match="holds x"):
+        save_policy(trained, tmp_path / "other")  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="current directory"):
+        save_policy(trained, ".")  # type: ignore[arg-type]
 
 
 def test_default_policy_is_packaged(small_model: InterferenceModel) -> None:

@@ -19,7 +19,7 @@ from interplace.cli._common import (
     rank_kwargs,
     read_data,
 )
-from interplace.errors import InputError
+from interplace.errors import InputError, check_replaceable_dir
 
 __all__ = ["register"]
 
@@ -130,10 +130,9 @@ def _run(args: argparse.Namespace) -> int:
     if not os.access(out.parent, os.W_OK | os.X_OK):
         raise InputError(f"cannot write to {out.parent}: permission denied")
     # InterferenceModel.save refuses these too, but only after the fit; say so at once.
-    if out.exists() and not (
-        out.is_dir() and ((out / "model.json").is_file() or not any(out.iterdir()))
-    ):
-        raise InputError(f"{out} exists and is not an interplace model directory")
+    from interplace.model._fitted import MODEL_FILES
+
+    check_replaceable_dir(out, MODEL_FILES, "an interplace model")
     topology = None
     if args.topology is not None:
         from interplace.topology import load

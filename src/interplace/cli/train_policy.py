@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from interplace.cli._common import Subparsers, int_at_least
-from interplace.errors import InputError
+from interplace.errors import InputError, check_replaceable_dir
 
 __all__ = ["register"]
 
@@ -15,16 +14,13 @@ __all__ = ["register"]
 def _run(args: argparse.Namespace) -> int:
     from interplace.model import InterferenceModel
     from interplace.placement import OBJECTIVES
-    from interplace.placement.rl import save_policy, train_policy
+    from interplace.placement.rl import POLICY_FILES, save_policy, train_policy
     from interplace.topology import load
 
-    out = Path(args.out)
+    # save_policy refuses these too, but only after the training; say so at once.
+    out = check_replaceable_dir(args.out, POLICY_FILES, "an RL policy")
     if not out.parent.is_dir():
         raise InputError(f"output directory does not exist: {out.parent}")
-    if out.exists() and not (
-        out.is_dir() and ((out / "policy.json").is_file() or not any(out.iterdir()))
-    ):
-        raise InputError(f"{out} exists and is not a policy directory")
     if args.objective not in OBJECTIVES:
         raise InputError(f"unknown objective {args.objective!r} (choose from "
                          f"{', '.join(OBJECTIVES)})")

@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 
 from interplace.datasets.runs import CoLocationData
-from interplace.errors import InputError, is_int, is_real
+from interplace.errors import InputError, check_replaceable_dir, is_int, is_real
 from interplace.model._cells import MeasuredPairs, seeded_gamma, spread_draws
 from interplace.model._data import METRIC_RESOURCE, counters_from_samples, family_index
 from interplace.model._net import (
@@ -75,6 +75,8 @@ _MEASURED_KEYS = ("job", "co", "log_speed", "n", "expected", "offset")
 _MEASURED_OPTIONAL = ("spread",)
 _META = "model.json"
 _WEIGHTS = "posterior.safetensors"
+MODEL_FILES = (_META, _WEIGHTS)
+"""What :meth:`InterferenceModel.save` writes into its directory."""
 _FORMAT_NAME = "interplace-interference-model"
 _FloatArray = np.ndarray[Any, np.dtype[np.float64]]
 
@@ -653,16 +655,13 @@ class InterferenceModel:
         """Write ``model.json`` and ``posterior.safetensors`` into ``directory`` (created).
 
         The directory is built beside the target and renamed into place, so a failure leaves
-        no half-written model. An existing model directory is replaced; any other existing
-        path is refused.
+        no half-written model. An existing model directory (or an empty one) is replaced; a
+        directory holding anything else, any other existing path, and the current directory
+        are refused (:func:`~interplace.errors.check_replaceable_dir`).
         """
         from safetensors.torch import save_file
 
-        target = Path(directory)
-        is_model = target.is_dir() and (target / _META).is_file()
-        is_empty_dir = target.is_dir() and not any(target.iterdir())
-        if target.exists() and not (is_model or is_empty_dir):
-            raise InputError(f"{target} exists and is not an interplace model directory")
+        target = check_replaceable_dir(directory, MODEL_FILES, "an interplace model")
         parent = target.parent
         if not parent.is_dir():
             raise InputError(f"output directory does not exist: {parent}")

@@ -455,9 +455,19 @@ def _colocated_ids(data: CoLocationData) -> list[str]:
     return [str(r) for r in size.index[size >= 2]]
 
 
+def _isolated_runs(data: CoLocationData) -> dict[str, list[str]]:
+    """Each job's isolated run ids, in runs-table order."""
+    size = data.run_sizes()
+    alone = data.runs.loc[data.runs["run_id"].map(size).eq(1)]
+    out: dict[str, list[str]] = {}
+    for job, rid in zip(alone["job"].astype(str), alone["run_id"].astype(str), strict=True):
+        out.setdefault(job, []).append(rid)
+    return out
+
+
 def _droppable(data: CoLocationData) -> list[str]:
-    """Runs whose loss keeps the data valid: co-located ones, and the isolated runs of jobs
-    with more than one (in runs-table order)."""
+    """Runs whose loss alone keeps the data valid: co-located ones, and the isolated runs of
+    jobs with more than one (in runs-table order); ``drop_runs`` keeps one of those per job."""
     size = data.run_sizes()
     runs = data.runs
     alone = runs.loc[runs["run_id"].map(size).eq(1)]
@@ -492,6 +502,9 @@ def _perturb(
         if coloc and coloc <= set(chosen):  # keep one co-located run
             chosen.remove(next(r for r in chosen if r in coloc))
         drop = set(chosen)
+        for runs_alone in _isolated_runs(data).values():  # and one isolated run of each job
+            if set(runs_alone) <= drop:
+                drop.discard(runs_alone[0])
         keep_ids = [r for r in dict.fromkeys(data.runs["run_id"].astype(str)) if r not in drop]
         counts = {r: 0 for r in drop}
         out = _copies(data, counts, "x")

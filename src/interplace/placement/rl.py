@@ -59,7 +59,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from interplace.errors import InputError, is_int
+from interplace.errors import InputError, check_replaceable_dir, is_int
 from interplace.placement._problem import RISK_QUANTILE, Problem, SpeedCache, State
 from interplace.placement._sources import SpeedSource
 from interplace.placement._types import Job
@@ -99,6 +99,8 @@ _FORMAT = "interplace-placement-policy"
 _VERSION = 1
 _META = "policy.json"
 _WEIGHTS = "policy.safetensors"
+POLICY_FILES = (_META, _WEIGHTS)
+"""What :func:`save_policy` writes into its directory."""
 _PACKAGED = Path(__file__).resolve().parents[1] / "data" / "policies" / "default"
 
 
@@ -418,14 +420,11 @@ def _policy(
 
 def save_policy(policy: RLPolicy, directory: str | os.PathLike[str]) -> Path:
     """Write ``policy.json`` + ``policy.safetensors`` into ``directory`` (built beside it and
-    renamed into place; an existing policy directory is replaced, anything else refused)."""
+    renamed into place; an existing policy directory is replaced, a directory holding anything
+    else refused: :func:`~interplace.errors.check_replaceable_dir`)."""
     from safetensors.torch import save_file
 
-    target = Path(directory)
-    if target.exists() and not (
-        target.is_dir() and ((target / _META).is_file() or not any(target.iterdir()))
-    ):
-        raise InputError(f"{target} exists and is not a policy directory")
+    target = check_replaceable_dir(directory, POLICY_FILES, "an RL policy")
     if not target.parent.is_dir():
         raise InputError(f"output directory does not exist: {target.parent}")
     meta = {
