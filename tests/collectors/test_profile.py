@@ -79,6 +79,18 @@ def test_parse_workloads_builtins_and_files(tmp_path: Path) -> None:
     bad.write_text('[{"name": "x"}]')
     with pytest.raises(InputError, match="needs 'name' and 'command'"):
         parse_workloads(str(bad))
+    bad.write_text("workloads: [gemm]")  # YAML is not a workload file format
+    with pytest.raises(InputError, match=r"bad\.json: not valid JSON"):
+        parse_workloads(str(bad))
+
+
+def test_a_builtin_name_wins_over_a_file_of_that_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A binary called gemm in the working directory is plausible where people run GPUs.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gemm").write_bytes(b"\x7fELF")
+    assert [s.name for s in parse_workloads("gemm")] == ["gemm"]
 
 
 def test_mps_reason(tmp_path: Path) -> None:

@@ -10,9 +10,12 @@ non-zero, prints no number on its last line, or prints NaN or an infinity.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -39,8 +42,11 @@ def run_trial(cmd: Sequence[str], params: dict[str, Any],
     "the last line of stdout is not a number: 'oops'"
     """
     try:
+        # errors="replace": a trial that prints bytes that are not UTF-8 still reports (or fails).
+        # Its own session: an interrupt stops its whole process group (a shell's children too).
         proc = subprocess.Popen(list(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True, errors="replace",
+                                start_new_session=True)
     except OSError as exc:
         return f"cannot run {cmd[0]}: {exc.strerror or exc}"
     if procs is not None and lock is not None:
@@ -112,6 +118,12 @@ def _run(args: argparse.Namespace) -> int:
     running: dict[Future[float | str], dict[str, Any]] = {}
     failed = 0
     pool = ThreadPoolExecutor(max_workers=args.batch, thread_name_prefix="interplace-tune")
+
+    def terminated(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # as Ctrl-C: the trials are stopped, the finished ones kept
+
+    main = threading.current_thread() is threading.main_thread()  # where signals are handled
+    on_term = signal.signal(signal.SIGTERM, terminated) if main else None
     try:
         if bar is not None:
             bar.set_postfix_str(f"best {best_text()}")
@@ -137,10 +149,13 @@ def _run(args: argparse.Namespace) -> int:
     except BaseException:
         with lock:
             for proc in list(procs.values()):
-                proc.kill()
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)  # the trial and what it started
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     finally:
+        if main:
+            signal.signal(signal.SIGTERM, on_term)
         if bar is not None:
             bar.close()
     pool.shutdown(wait=True)

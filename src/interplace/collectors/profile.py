@@ -124,7 +124,8 @@ def _from_file(path: Path) -> list[WorkloadSpec]:
         else:
             doc = json.loads(text)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: not valid {path.suffix.lstrip('.').upper()}: "
+        kind = "TOML" if path.suffix.lower() == ".toml" else "JSON"  # the format parsed
+        raise InputError(f"{path}: not valid {kind} (a workload file is .json or .toml): "
                          f"{first_line(exc)}") from None
     if isinstance(doc, dict):
         doc = doc.get("workloads", doc.get("workload"))
@@ -163,7 +164,11 @@ def parse_workloads(spec: str) -> list[WorkloadSpec]:
     if not isinstance(spec, str) or not spec.strip():
         raise InputError("no workloads given")
     path = Path(spec.strip())
-    if path.suffix.lower() in (".json", ".toml") or path.is_file():
+    # A built-in name wins over a file of that name in the working directory (a binary called
+    # gemm, say); a spec file is named by its suffix.
+    if path.suffix.lower() in (".json", ".toml") or (
+        path.is_file() and spec.strip().partition(":")[0] not in BUILTINS
+    ):
         specs = _from_file(path)
     else:
         specs = []
@@ -293,7 +298,8 @@ class _Proc:
         self.last_t = -math.inf
         try:
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=self._err, env=env, text=True, bufsize=1)
+                                         stderr=self._err, env=env, text=True, bufsize=1,
+                                         errors="replace")  # stray bytes in its output
         except OSError as exc:
             self._err.close()
             raise InputError(f"workload {spec.name!r}: cannot run {argv[0]}: "

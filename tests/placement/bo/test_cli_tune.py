@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -161,6 +166,18 @@ def test_other_bad_input(capsys: pytest.CaptureFixture[str], space: Path,
     capsys.readouterr()
 
 
+def test_a_trial_that_prints_bytes_that_are_not_utf8_still_reports(
+        capsys: pytest.CaptureFixture[str], space: Path, tmp_path: Path) -> None:
+    script = tmp_path / "garbage.py"
+    script.write_text("import sys\nsys.stderr.buffer.write(b'\\xff warn\\n')\n"
+                      "sys.stdout.buffer.write(b'\\xff\\xfe junk\\n1.5\\n')\n")
+    out = tmp_path / "trials.csv"
+    code, stdout, _ = run(capsys, "tune", "--space", str(space), "--budget", "2", "--out",
+                          str(out), "--", sys.executable, str(script))
+    assert code == 0 and "best 1.5" in stdout
+    assert [r["status"] for r in rows(out)] == ["ok", "ok"]
+
+
 def test_a_missing_command_is_refused_and_a_failing_one_fails_the_command(
         capsys: pytest.CaptureFixture[str], space: Path, tmp_path: Path) -> None:
     out = tmp_path / "trials.csv"
@@ -176,11 +193,6 @@ def test_a_missing_command_is_refused_and_a_failing_one_fails_the_command(
 
 def test_ctrl_c_loses_no_finished_trial(capsys: pytest.CaptureFixture[str], space: Path,
                                         tmp_path: Path) -> None:
-    import os
-    import signal
-    import subprocess
-    import time
-
     out = tmp_path / "trials.csv"
     code = "import json, sys, time; p = json.load(sys.stdin); time.sleep(0.3); print(p['x'])"
     # A shell's background job (CI run with `&`) inherits SIGINT ignored, and Python then
@@ -189,23 +201,64 @@ def test_ctrl_c_loses_no_finished_trial(capsys: pytest.CaptureFixture[str], spac
              "runpy.run_module('interplace.cli', run_name='__main__', alter_sys=True)")
     argv = [sys.executable, "-c", start, "tune", "--space", str(space), "--budget",
             "50", "--init", "50", "--out", str(out), "--", sys.executable, "-c", code]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while len(rows(out)) < 3 if out.exists() else True:
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    proc, err = _signal_when(argv, lambda: out.exists() and len(rows(out)) >= 3, signal.SIGINT)
     assert proc.returncode == 130 and "interrupted" in err
     kept = rows(out)
     assert len(kept) >= 3 and all(r["status"] == "ok" for r in kept)
     status, stdout, _ = tune(capsys, space, out, len(kept) + 1)
     assert status == 0 and "(1 run now" in stdout and len(rows(out)) == len(kept) + 1
+
+
+def test_sigterm_stops_every_trial_and_what_it_started(space: Path, tmp_path: Path) -> None:
+    out = tmp_path / "trials.csv"
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    # A shell trial that starts a child of its own and waits: both must go with tune.
+    trial = f"sleep 300 & echo $! > {pids}/$$; wait"
+    argv = [sys.executable, "-m", "interplace.cli", "tune", "--space", str(space), "--budget",
+            "4", "--batch", "2", "--out", str(out), "--", "sh", "-c", trial]
+    # (once both pid files are there and written, both sleeps run)
+    proc, err = _signal_when(argv, lambda: len(list(pids.iterdir())) >= 2 and all(
+        f.read_text().strip() for f in pids.iterdir()), signal.SIGTERM)
+    assert proc.returncode == 130 and "interrupted" in err
+    started = [int(f.name) for f in pids.iterdir()]
+    started += [int(f.read_text()) for f in pids.iterdir() if f.read_text().strip()]
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in started):
+        assert time.monotonic() < deadline, [pid for pid in started if _alive(pid)]
+        time.sleep(0.05)
+
+
+def _signal_when(
+    argv: list[str], ready: Callable[[], bool], sig: int
+) -> tuple[subprocess.Popen[str], str]:
+    """Run ``argv``, send it ``sig`` once ``ready()``, and return it finished with its stderr."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready():
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        os.kill(proc.pid, sig)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc, err
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie, waiting for its parent, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def test_a_progress_bar_shows_the_best_so_far_on_a_terminal(

@@ -138,6 +138,11 @@ def test_trials_file_round_trip_and_torn_tail(tmp_path: Path) -> None:
     assert f.read() == trials
     f.append(trials[0])
     assert f.read() == [*trials, trials[0]]
+    torn = TrialsFile(tmp_path / "torn.csv", space)
+    torn.path.write_text("c,x,val")  # a crash while the header was written
+    assert torn.read() == []
+    torn.append(trials[0])
+    assert torn.read() == [trials[0]]
     other = TrialsFile(f.path, Space((Int("n", 0, 1),)))
     with pytest.raises(InputError, match="do not match the space"):
         other.read()

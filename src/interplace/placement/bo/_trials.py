@@ -113,6 +113,8 @@ class TrialsFile:
             return []
         if not text.endswith("\n"):  # a row cut short by a crash: not a finished trial
             text = text[: text.rfind("\n") + 1]
+            if not text:  # the header itself cut short: no trial finished (append rewrites it)
+                return []
         rows = list(csv.reader(io.StringIO(text)))
         want = columns(self.space)
         if not rows or rows[0] != want:
