@@ -27,6 +27,7 @@ __all__ = [
     "check_input_file",
     "check_output_file",
     "check_replaceable_dir",
+    "check_seed",
     "first_line",
     "is_int",
     "is_real",
@@ -75,6 +76,26 @@ def is_int(value: object, low: int | None = None) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and (
         low is None or value >= low
     )
+
+
+SEED_LIMIT = 2**63
+"""Seeds are integers in ``[0, SEED_LIMIT)``: what numpy's and torch's generators both take
+(torch's takes less than 2^64; a model's predictions also seed with ``seed + 2``)."""
+
+
+def check_seed(seed: object) -> int:
+    """``seed`` if it is an integer in ``[0, 2^63)``; otherwise an :class:`InputError`.
+
+    >>> check_seed(7)
+    7
+    >>> check_seed(-1)
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: seed must be an integer in [0, 2**63), not -1
+    """
+    if is_int(seed, 0) and seed < SEED_LIMIT:
+        return seed
+    raise InputError(f"seed must be an integer in [0, 2**63), not {seed!r}")
 
 
 def is_real(value: object, *, finite: bool = True) -> TypeGuard[float]:

@@ -180,3 +180,64 @@ def test_the_direct_elbo_is_pyros_from_the_same_draws(
         half = len(grads) // 2
         for g_ref, g in zip(grads[:half], grads[half:], strict=True):
             torch.testing.assert_close(g, g_ref, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ({"seed": -1}, r"seed must be an integer in \[0, 2\*\*63\)"),
+        ({"seed": 2**70}, r"seed must be an integer in \[0, 2\*\*63\)"),
+        ({"rel_tol": float("nan")}, "rel_tol must be a finite number >= 0"),
+        ({"rel_tol": "x"}, "rel_tol must be a finite number >= 0"),
+        ({"device": None}, "device must be 'cpu' or 'cuda'"),
+        ({"hyper": {"demand_loc": 0.0}}, "hyper must be a Hyper, not dict"),
+        ({"topology": "pcie-8gpu"}, "topology must be a Topology"),
+        ({"full_scale": {"gpu_util_pct": "x"}}, "full_scale of 'gpu_util_pct' must be"),
+    ],
+)
+def test_bad_fit_options_are_one_line_errors(option: dict[str, object], message: str) -> None:
+    # Each of these ended in numpy's, torch's or Python's own error, some after the fit ran.
+    with pytest.raises(InputError, match=message):
+        fit(synthetic(3, seed=0, samples_per_run=2), steps=5, min_steps=5, restarts=1,
+            **option)  # type: ignore[arg-type]
+
+
+def test_a_torch_device_is_a_device() -> None:
+    import torch
+
+    m = fit(synthetic(3, seed=0, samples_per_run=2), steps=5, min_steps=5, restarts=1,
+            device=torch.device("cpu"))  # type: ignore[arg-type]
+    assert m.jobs == ("job0", "job1", "job2")
+
+
+def test_queries_that_are_not_what_they_should_be(small_model: InterferenceModel) -> None:
+    import pandas as pd
+
+    m = small_model
+    empty = m.posterior_speed([], num_samples=10)
+    assert empty.speed.shape == (10, 0)
+    assert empty.q05.shape == empty.q95.shape == empty.sd.shape == empty.mean.shape == (0,)
+    assert len(m.predict_frame(pd.DataFrame({"job": [], "co_runner": []}))) == 0
+    with pytest.raises(InputError, match="query 0 is a tuple, not a Query"):
+        m.posterior_speed([("job0", ("job1",))])  # type: ignore[list-item]
+    with pytest.raises(InputError, match="co_runners must be a sequence of names, not the str"):
+        m.predict("job0", "job1")
+    with pytest.raises(InputError, match="each shares entry must be a tuple of resource names"):
+        Query("job0", ("job1",), shares=("pcie_h2d",))  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"seed must be an integer in \[0, 2\*\*63\)"):
+        m.posterior_speed([Query("job0", ("job1",))], seed=-1)
+    # Spaces around a job's name are stripped as around its co-runners'.
+    row = m.queries_from_frame(pd.DataFrame({"job": [" job0 "], "co_runner": [" job1 "]}))
+    assert row == [Query("job0", ("job1",))]
+    with pytest.raises(InputError, match="pairs row 0: job 0 is not a job name"):
+        m.queries_from_frame(pd.DataFrame({"job": [0], "co_runner": ["job1"]}))
+
+
+def test_evaluate_refuses_its_own_arguments_in_fit_kwargs_and_bad_seeds() -> None:
+    from interplace.model import evaluate
+
+    data = synthetic(3, seed=0, samples_per_run=2)
+    with pytest.raises(InputError, match="fit_kwargs may not set seed, steps"):
+        evaluate(data, fit_kwargs={"seed": 3, "steps": 3})
+    with pytest.raises(InputError, match=r"seed must be an integer in \[0, 2\*\*63\)"):
+        evaluate(data, seed=-1)

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from interplace.datasets.runs import CoLocationData
-from interplace.errors import InputError, is_int, is_real
+from interplace.errors import InputError, check_seed, is_int, is_real
 from interplace.model._data import FamilySpec, select_mode, subset_runs
 from interplace.model._fit import fit
 from interplace.model._fitted import InterferenceModel, Query, SpeedPosterior
@@ -315,6 +315,11 @@ def evaluate(
     :func:`family_lookup` baseline, which knows them too, as ``family_baseline`` with the
     model's ratio to it; ``best_baseline`` stays the best of :func:`baselines`.
     """
+    check_seed(seed)
+    taken = {"seed", "steps", "topology", "progress", "family"} & set(fit_kwargs or {})
+    if taken:
+        raise InputError(f"fit_kwargs may not set {', '.join(sorted(taken))}: evaluate's own "
+                         "arguments of that name do")
     data = select_mode(data, mode)
     if cold_jobs is not None:
         train, test, cold = cold_split(data, cold_jobs=cold_jobs, seed=seed)

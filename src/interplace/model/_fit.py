@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from interplace._parallel import one_blas_thread, spawn_map
 from interplace.datasets.runs import CoLocationData
-from interplace.errors import InputError, is_int, is_real
+from interplace.errors import InputError, check_seed, is_int, is_real
 from interplace.model._cells import measured_pairs
 from interplace.model._coldscale import (
     align_cold_demand,
@@ -286,7 +286,11 @@ def _initial_demand(
     return torch.as_tensor(init, dtype=torch.float64)
 
 
-def _check_device(device: str) -> torch.device:
+def _check_device(device: object) -> torch.device:
+    if isinstance(device, torch.device):
+        device = str(device)
+    if not isinstance(device, str):
+        raise InputError(f"device must be 'cpu' or 'cuda' (or a torch.device), not {device!r}")
     if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
         raise InputError(f"device must be cpu or cuda, not {device!r}")
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -658,13 +662,23 @@ def fit(
     """
     if not isinstance(data, CoLocationData):
         raise InputError(f"fit needs CoLocationData, not {type(data).__name__}")
-    if not is_int(seed):
-        raise InputError(f"seed must be an integer, not {seed!r}")
+    check_seed(seed)
     for name, value, low in (("steps", steps, 1), ("min_steps", min_steps, 0)):
         if not is_int(value, low):
             raise InputError(f"{name} must be an integer >= {low}, not {value!r}")
     if not (is_real(lr) and lr > 0):
         raise InputError(f"lr must be a finite number > 0, not {lr!r}")
+    if not (is_real(rel_tol) and rel_tol >= 0):
+        raise InputError(f"rel_tol must be a finite number >= 0, not {rel_tol!r}")
+    if hyper is not None and not isinstance(hyper, Hyper):
+        raise InputError(f"hyper must be a Hyper, not {type(hyper).__name__}")
+    if topology is not None and not isinstance(topology, Topology):
+        raise InputError(f"topology must be a Topology (interplace.topology.load gives one), "
+                         f"not {type(topology).__name__}")
+    for metric, scale in (full_scale or {}).items():
+        if not (is_real(scale) and scale > 0):
+            raise InputError(f"full_scale of {metric!r} must be a finite number > 0, "
+                             f"not {scale!r}")
     resources = tuple(resources)
     if not resources or len(set(resources)) != len(resources):
         raise InputError(f"resources must be distinct and at least one, not {resources!r}")

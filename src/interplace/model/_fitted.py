@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 
 from interplace.datasets.runs import CoLocationData
-from interplace.errors import InputError, check_replaceable_dir, is_int, is_real
+from interplace.errors import InputError, check_replaceable_dir, check_seed, is_int, is_real
 from interplace.model._cells import MeasuredPairs, seeded_gamma, spread_draws
 from interplace.model._data import METRIC_RESOURCE, counters_from_samples, family_index
 from interplace.model._net import (
@@ -116,6 +116,11 @@ class Query:
             raise InputError(
                 f"shares has {len(self.shares)} entries for {len(self.co_runners)} co-runners"
             )
+        for entry in self.shares or ():
+            if not isinstance(entry, tuple) or not all(isinstance(r, str) for r in entry):
+                raise InputError(
+                    f"each shares entry must be a tuple of resource names, not {entry!r}"
+                )
 
 
 @dataclass(frozen=True, eq=False)
@@ -141,12 +146,16 @@ class SpeedPosterior:
     @property
     def sd(self) -> _FloatArray:
         """Posterior standard deviation of the true speed, shape ``(Q,)``."""
+        if self.speed.shape[-1] == 0:  # no queries: torch warns of zero degrees of freedom
+            return np.zeros(0)
         return self.speed.std(0).numpy()
 
     def quantile(self, q: float) -> _FloatArray:
         """The ``q`` quantile of a new measured speed, shape ``(Q,)``."""
         if not (is_real(q) and 0 <= q <= 1):
             raise InputError(f"quantile must be in [0, 1], not {q!r}")
+        if self.measured.shape[-1] == 0:  # no queries (torch refuses an empty quantile)
+            return np.zeros(0)
         return torch.quantile(self.measured, float(q), dim=0).numpy()
 
     @property
@@ -308,7 +317,7 @@ class InterferenceModel:
         torch.Size([10, 3, 5])
         """
         _check_num_samples(num_samples)
-        gen = torch.Generator().manual_seed(int(seed))
+        gen = torch.Generator().manual_seed(check_seed(seed))
         out = {}
         # Draw s from mixture component s mod K (stratified: each component's share is exact).
         comp = torch.arange(num_samples) % self.components if self.components > 1 else None
@@ -367,6 +376,9 @@ class InterferenceModel:
     def _encode(self, queries: Sequence[Query]) -> tuple[torch.Tensor, ...]:
         index = {j: i for i, j in enumerate(self.jobs)}
         res_index = {r: i for i, r in enumerate(self.resources)}
+        for i, q in enumerate(queries):
+            if not isinstance(q, Query):
+                raise InputError(f"query {i} is a {type(q).__name__}, not a Query")
         width = max((len(q.co_runners) for q in queries), default=0)
         width = max(width, 1)
         n, r = len(queries), len(self.resources)
@@ -374,8 +386,6 @@ class InterferenceModel:
         co = np.full((n, width), len(self.jobs), dtype=np.int64)
         share = np.zeros((n, width, r))
         for i, q in enumerate(queries):
-            if not isinstance(q, Query):
-                raise InputError(f"query {i} is a {type(q).__name__}, not a Query")
             for name in (q.job, *q.co_runners):
                 if name not in index:
                     raise InputError(
@@ -461,7 +471,7 @@ class InterferenceModel:
         are kept: a scheduler asks again and again with the same ones, and drawing them
         (a Gaussian per site, an ``S x J x J`` spread) costs more than a small call."""
         _check_num_samples(num_samples)  # before the lookup: 64.0 must not hit 64's entry
-        key = (num_samples, int(seed))
+        key = (num_samples, check_seed(seed))
         cached = self._prepared_cache.get(key)
         if cached is not None:
             return cached
@@ -516,6 +526,12 @@ class InterferenceModel:
         >>> sorted(m.predict("job0", ["job1", "job2"]))
         ['mean', 'q05', 'q95', 'sd']
         """
+        for name, value in (("co_runners", co_runners), ("shares", shares)):
+            if isinstance(value, str):  # tuple("job1") would be its letters
+                raise InputError(f"{name} must be a sequence of names, not the string {value!r}")
+        if shares is not None and any(isinstance(s, str) for s in shares):
+            raise InputError("each shares entry must be a sequence of resource names, not a "
+                             "string")
         q = Query(
             job,
             tuple(co_runners),
@@ -557,8 +573,13 @@ class InterferenceModel:
             zip(pairs["job"].tolist(), pairs["co_runner"].tolist(), strict=True)
         ):
             for column, value in (("job", job), ("co_runner", co)):
-                if not isinstance(value, str) or not value.strip():
+                absent = value is None or (isinstance(value, float) and math.isnan(value))
+                if not isinstance(value, str) and not absent:
+                    raise InputError(f"pairs row {pos}: {column} {value!r} is not a job name "
+                                     "(text)")
+                if absent or not value.strip():
                     raise InputError(f"pairs row {pos} has no {column} (got {value!r})")
+            job = job.strip()  # as the co-runners' names are
             parts = tuple(p.strip() for p in co.split("+"))
             if any(not p for p in parts):
                 raise InputError(f"pairs row {pos}: co_runner {co!r} has an empty name")

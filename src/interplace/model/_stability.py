@@ -98,7 +98,7 @@ from tqdm.auto import tqdm
 
 from interplace._parallel import spawn_map
 from interplace.datasets.runs import CoLocationData
-from interplace.errors import InputError, atomic_write, is_int, is_real
+from interplace.errors import InputError, atomic_write, check_seed, is_int, is_real
 from interplace.model._data import FamilySpec, select_mode
 from interplace.model._evaluate import colocated_rows, holdout_split, row_queries, score
 from interplace.model._fit import fit
@@ -640,6 +640,7 @@ def _check_options(
     ):
         if not is_int(value, low):
             raise InputError(f"{name} must be an integer >= {low}, not {value!r}")
+    check_seed(seed)
     if workers is not None and not is_int(workers, 1):
         raise InputError(f"workers must be an integer >= 1, not {workers!r}")
     if not (is_real(fraction) and 0 < fraction < 1):

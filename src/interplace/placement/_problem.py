@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from interplace.errors import InputError, is_int, is_real
+from interplace.errors import InputError, check_seed, is_int, is_real
 from interplace.model import DOMAIN_RESOURCES, Query, shared_resources
 from interplace.placement._comm import comm_time
 from interplace.placement._sources import SpeedSource
@@ -192,9 +192,7 @@ class Problem:
         self.max_per_gpu = max_per_gpu
         self.objective = objective
         self.num_samples = num_samples
-        if not is_int(seed, 0):
-            raise InputError(f"seed must be an integer >= 0, not {seed!r}")
-        self.seed = int(seed)
+        self.seed = check_seed(seed)
         state = state or ClusterState.empty()
         jobs = list(jobs)
         for j in jobs:
