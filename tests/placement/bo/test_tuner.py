@@ -230,3 +230,10 @@ def test_gp_failures_fall_back_to_sobol_and_handled_warnings_are_counted(
     monkeypatch.setattr(_botorch, "_suggest", odd)
     with pytest.raises(UserWarning, match="something else"):
         t.ask()
+
+
+def test_an_objective_of_huge_finite_values_is_tuned() -> None:
+    # 1e160 squared overflows the GP's standardisation: the fit ended in a RuntimeError.
+    space = Space((Float("x", 0.0, 1.0), Int("n", 0, 20)))
+    result = minimize(lambda p: 1e160 * float(p["x"]), space, 5, n_init=3)  # type: ignore[arg-type]
+    assert len(result.trials) == 5 and result.best is not None

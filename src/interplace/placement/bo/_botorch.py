@@ -138,6 +138,10 @@ def suggest(space: Space, x_ok: _FloatArray, y_ok: _FloatArray, x_pending: _Floa
     from linear_operator.utils.errors import NotPSDError
 
     caught: Counter[str] = Counter()
+    # The objective's scale changes no suggestion (improvement is relative), but squares of
+    # values near 1e160 overflow the GP's standardisation: fit such y over its largest size.
+    size = float(np.max(np.abs(y_ok))) if len(y_ok) else 0.0
+    y_ok = y_ok / size if size > 1e100 else y_ok
     try:
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
