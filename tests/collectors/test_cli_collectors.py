@@ -245,3 +245,18 @@ def test_ingest_hints_at_fields_for_headerless_query_csv(
                        "timestamp,index,utilization.gpu,memory.used,power.draw")  # fmt: skip
     assert (code, err) == (0, "")
     assert os.path.getsize(tmp_path / "s.csv") > 0
+
+
+def test_collect_says_when_the_command_outlived_duration_or_ended_before_sampling(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, _, err = run(capsys, "collect", "--out", str(tmp_path / "d.csv"), "--duration",
+                       "0.3", "--", "sleep", "30")
+    assert code == 128 + signal.SIGTERM  # the command's own status: killed by our SIGTERM
+    assert "sleep was still running after --duration 0.3 s and was stopped" in err
+    code, _, err = run(capsys, "collect", "--out", str(tmp_path / "t.csv"), "--interval-ms",
+                       "1000", "--", sys.executable, "-c", "pass")
+    assert code == 0
+    samples = len(read_samples(tmp_path / "t.csv"))
+    # Python's start-up outlasts the first tick here; if not, it must say nothing was measured.
+    assert samples > 0 or "ended before the first sample" in err

@@ -58,6 +58,12 @@ def _run(args: argparse.Namespace) -> int:
         return 130 if isinstance(exc, KeyboardInterrupt) else 128 + signal.SIGTERM
     if result.note:
         sys.stderr.write(f"interplace: {result.note}\n")
+    if result.summary.samples == 0 and cmd:
+        sys.stderr.write(f"interplace: {cmd[0]} ended before the first sample: nothing of it "
+                         "was measured\n")
+    if result.stopped and args.duration is not None:
+        sys.stderr.write(f"interplace: {cmd[0]} was still running after --duration "
+                         f"{args.duration:g} s and was stopped (its exit status follows)\n")
     write_unsupported_notes(result.summary.unsupported)
     s = result.summary
     sys.stderr.write(
