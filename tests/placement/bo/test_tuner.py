@@ -237,3 +237,17 @@ def test_an_objective_of_huge_finite_values_is_tuned() -> None:
     space = Space((Float("x", 0.0, 1.0), Int("n", 0, 20)))
     result = minimize(lambda p: 1e160 * float(p["x"]), space, 5, n_init=3)  # type: ignore[arg-type]
     assert len(result.trials) == 5 and result.best is not None
+
+
+def test_a_tight_constraint_still_gets_a_varied_feasible_design() -> None:
+    # Eight jobs sharing 64 GPUs (0..64 each): about 1 Sobol point in 40,000 is feasible, so
+    # rejection found one design point (repeated), and with ten jobs sharing 32, none ("no
+    # point satisfies"), though the all-zero point does.
+    for n, total in ((8, 64), (10, 32)):
+        names = [f"g{i}" for i in range(n)]
+        space = Space(tuple(Int(g, 0, total) for g in names),
+                      (Constraint(tuple((g, 1.0) for g in names), total),))
+        tuner = Tuner(space, seed=0, n_init=4, budget=4)
+        design = tuner.ask(4)
+        assert all(space.feasible(p) for p in design)
+        assert len({space.key(p) for p in design}) == 4, design

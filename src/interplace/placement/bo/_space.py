@@ -473,6 +473,26 @@ class Space:
                 out[p.name] = p.values[min(int(x * k), k - 1)]
         return out
 
+    def to_unit(self, point: Mapping[str, Any]) -> list[float]:
+        """A unit-cube point that :meth:`from_unit` maps to ``point`` (a checked point).
+
+        >>> s = Space((Int("a", 0, 3), Choice("c", ("x", "y"))))
+        >>> s.from_unit(s.to_unit({"a": 2, "c": "y"}))
+        {'a': 2, 'c': 'y'}
+        """
+        out: list[float] = []
+        for p in self.params:
+            v = point[p.name]
+            if isinstance(p, Int):
+                out.append((int(v) - p.low + 0.5) / p.size)
+            elif isinstance(p, Float):
+                lo, hi, x = ((math.log(p.low), math.log(p.high), math.log(float(v))) if p.log
+                             else (p.low, p.high, float(v)))
+                out.append(0.0 if hi == lo else (x - lo) / (hi - lo))
+            else:
+                out.append((p.values.index(v) + 0.5) / len(p.values))
+        return out
+
     def key(self, point: Mapping[str, Any]) -> tuple[float, ...]:
         """A hashable identity of a point (its encoded row)."""
         return tuple(self.encode(point))
