@@ -184,7 +184,7 @@ def test_arguments_are_checked() -> None:
     with pytest.raises(InputError, match="batch"):
         minimize(lambda p: 0.0, space, 3, batch=0)
     none = Space((Int("a", 0, 3),), (Constraint((("a", 1),), -1),))
-    with pytest.raises(InputError, match="no point of the space satisfies its constraints"):
+    with pytest.raises(InputError, match="no point satisfying the space's constraints was found"):
         Tuner(none).ask()
 
 

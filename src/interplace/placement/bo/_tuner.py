@@ -172,8 +172,8 @@ class Tuner:
                 if failed_too or t.value is not None}
         return keys | {self.space.key(p) for p in self._pending}
 
-    def _stream(self) -> Iterator[Point]:
-        """The feasible points of the scrambled Sobol sequence of ``seed``, in order."""
+    def _sobol(self) -> Iterator[list[float]]:
+        """The unit-cube points of the scrambled Sobol sequence of ``seed``, in order."""
         import torch
 
         engine = torch.quasirandom.SobolEngine(  # type: ignore[no-untyped-call]
@@ -182,36 +182,31 @@ class Tuner:
         while drawn < _SOBOL_MAX:
             block = engine.draw(256, dtype=torch.float64).numpy()
             drawn += len(block)
-            for u in block:
-                p = self.space.from_unit(u.tolist())
-                if self.space.feasible(p):
-                    yield p
+            yield from block.tolist()
+
+    def _stream(self) -> Iterator[Point]:
+        """The feasible points of the scrambled Sobol sequence of ``seed``, in order."""
+        for u in self._sobol():
+            p = self.space.from_unit(u)
+            if self.space.feasible(p):
+                yield p
 
     def _repaired(self, anchor: Sequence[float]) -> Iterator[Point]:
         """The Sobol points of ``seed`` moved, where infeasible, toward the feasible unit
         point ``anchor`` to the farthest feasible point on the way (bisection): for tight
         constraints, where few points of the cube are feasible (eight jobs sharing 64 GPUs
         out of 0..64 each: about 1 in 40,000), rejection alone finds too few."""
-        import torch
-
-        engine = torch.quasirandom.SobolEngine(  # type: ignore[no-untyped-call]
-            self.space.dim, scramble=True, seed=self.seed)
-        drawn = 0
-        while drawn < _SOBOL_MAX:
-            block = engine.draw(256, dtype=torch.float64).numpy()
-            drawn += len(block)
-            for u in block.tolist():
-                p = self.space.from_unit(u)
-                if not self.space.feasible(p):
-                    lo, hi = 0.0, 1.0
-                    for _ in range(30):
-                        t = (lo + hi) / 2
-                        mid = [a + t * (x - a) for a, x in zip(anchor, u, strict=True)]
-                        lo, hi = (t, hi) if self.space.feasible(self.space.from_unit(mid)) \
-                            else (lo, t)
-                    p = self.space.from_unit([a + lo * (x - a)
-                                              for a, x in zip(anchor, u, strict=True)])
-                yield p
+        for u in self._sobol():
+            p = self.space.from_unit(u)
+            if not self.space.feasible(p):
+                lo, hi = 0.0, 1.0
+                for _ in range(30):
+                    t = (lo + hi) / 2
+                    mid = [a + t * (x - a) for a, x in zip(anchor, u, strict=True)]
+                    lo, hi = (t, hi) if self.space.feasible(self.space.from_unit(mid)) \
+                        else (lo, t)
+                p = self.space.from_unit([a + lo * (x - a) for a, x in zip(anchor, u, strict=True)])
+            yield p
 
     def _fresh(self, k: int, used: set[tuple[float, ...]]) -> list[Point]:
         """The first ``k`` Sobol points not in ``used``; where rejection finds too few
