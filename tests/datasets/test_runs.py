@@ -333,3 +333,17 @@ def test_read_dir_checks_samples_against_runs(tmp_path: Path) -> None:
     (tmp_path / "samples.csv").write_text("run_id,t_s,metric,value\nghost,0,gpu_util_pct,1\n")
     with pytest.raises(InputError, match="samples row 0 has run_id 'ghost', not a run"):
         read_dir(tmp_path)
+
+
+def test_a_bad_cell_is_named_where_it_is(tmp_path: Path) -> None:
+    # One text cell turns the whole value column to text: the first valid row was named.
+    (tmp_path / "runs.csv").write_text("run_id,job,throughput\na,x,2\n")
+    (tmp_path / "samples.csv").write_text(
+        "run_id,t_s,metric,value\na,0,m,1.5\na,1,m,n/a\na,2,m,oops\n")
+    with pytest.raises(InputError, match="samples row 2 has value 'oops', not a number"):
+        read_dir(tmp_path)
+    # A Parquet run_id of numbers is not text (a CSV's is read as text): say so.
+    pq = tmp_path / "runs.parquet"
+    pd.DataFrame({"run_id": [1, 2], "job": ["x", "y"], "throughput": [1.0, 2.0]}).to_parquet(pq)
+    with pytest.raises(InputError, match="runs row 0 has run_id 1, a int; run_id must be text"):
+        read_runs(pq)

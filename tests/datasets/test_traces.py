@@ -163,3 +163,12 @@ def test_jobtrace_validation() -> None:
         JobTrace(ok.assign(submit_s=[np.nan]), "bad")
     with pytest.raises(InputError, match="lacks column"):
         JobTrace(ok.drop(columns="gpus"), "bad")
+
+
+def test_a_repeated_job_id_is_named_at_its_row_in_the_file(tmp_path: Path) -> None:
+    # The loader sorts by submission time: the row named was the sorted one.
+    p = tmp_path / "philly.csv"
+    p.write_text("job_id,user,num_gpu,submit_time,model_name,duration\n"
+                 "7,a,1,50,x,10\n7,a,1,5,x,10\n8,a,1,40,x,10\n")
+    with pytest.raises(InputError, match="philly: row 1 repeats job_id '7'"):
+        load_philly(p)

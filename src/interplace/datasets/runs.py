@@ -93,7 +93,7 @@ MODES: frozenset[str] = frozenset({"timeslice", "mps"})
 """Allowed values of the optional ``mode`` column (how the jobs shared the GPU)."""
 
 # Strings read as missing in columns other than run_id / job / metric (a job may be called "NA").
-_NA_STRINGS = ["", "NA", "N/A", "NaN", "nan", "null", "NULL", "None"]
+_NA_STRINGS = ["", "NA", "N/A", "n/a", "NaN", "nan", "null", "NULL", "None"]
 _TEXT_COLUMNS = ("run_id", "job", "metric", "device", "host", "mode", "gpu_type")
 _NEVER_NA = ("run_id", "job", "metric")
 
@@ -109,7 +109,13 @@ def _missing_columns(df: pd.DataFrame, need: Sequence[str], what: str, kind: str
 def _check_names(df: pd.DataFrame, column: str, what: str, kind: str) -> None:
     """Every value of ``column`` is a non-empty string."""
     for pos, value in enumerate(df[column].tolist()):
-        if not isinstance(value, str) or not value.strip():
+        absent = value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+        if not isinstance(value, str) and not absent:  # a Parquet column of numbers, say
+            raise InputError(
+                f"{what}: {kind} row {pos} has {column} {value!r}, a {type(value).__name__}; "
+                f"{column} must be text (a CSV's ids are read as text)"
+            )
+        if absent or not value.strip():
             raise InputError(
                 f"{what}: {kind} row {pos} has no {column} (got {value!r}); "
                 f"{column} must be a non-empty string"
@@ -232,6 +238,14 @@ def validate_samples_for_runs(samples: pd.DataFrame, runs: pd.DataFrame, what: s
             f"{what}: samples row {pos} has t_s {float(t_s[pos])!r}, not a finite number"
         )
     values = samples["value"].tolist()
+    for pos, value in enumerate(values):  # a text cell makes the whole column text: name it
+        if isinstance(value, str):
+            try:
+                float(value)
+            except ValueError:
+                raise InputError(
+                    f"{what}: samples row {pos} has value {value!r}, not a number"
+                ) from None
     for pos, value in enumerate(values):
         if value is None or value is pd.NA:
             continue

@@ -186,6 +186,10 @@ def _finish(
     extra = df.drop(columns=[c for c in drop if c in df.columns])
     extra = extra.drop(columns=[c for c in TRACE_COLUMNS if c in extra.columns])
     out = pd.concat([pd.DataFrame(canonical, index=df.index), extra], axis=1)
+    dup = out["job_id"].duplicated()
+    if dup.any():  # named here, in file order: the trace checks after the sort
+        pos = int(np.flatnonzero(dup.to_numpy())[0])
+        raise InputError(f"{name}: row {pos} repeats job_id {out['job_id'].iloc[pos]!r}")
     order = np.argsort(out["submit_s"].to_numpy(dtype=np.float64), kind="stable")
     return JobTrace(out.iloc[order].reset_index(drop=True), name)
 
