@@ -347,3 +347,12 @@ def test_a_bad_cell_is_named_where_it_is(tmp_path: Path) -> None:
     pd.DataFrame({"run_id": [1, 2], "job": ["x", "y"], "throughput": [1.0, 2.0]}).to_parquet(pq)
     with pytest.raises(InputError, match="runs row 0 has run_id 1, a int; run_id must be text"):
         read_runs(pq)
+
+
+def test_a_table_written_with_spaces_after_its_commas_reads_as_without(tmp_path: Path) -> None:
+    # "run_id, job, throughput" lacked the columns job and throughput.
+    p = tmp_path / "runs.csv"
+    p.write_text("run_id, job, throughput\na, x, 2\nb, y, 1\np, x, 1\np, y, 0.5\n")
+    runs = read_runs(p)
+    assert runs.columns.tolist()[:3] == ["run_id", "job", "throughput"]
+    assert runs["job"].tolist() == ["x", "y", "x", "y"]

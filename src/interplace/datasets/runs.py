@@ -371,9 +371,11 @@ def _read_table(path: Path, what: str) -> pd.DataFrame:
     suffix = path.suffix.lower()
     try:
         if suffix == ".csv":
-            header = pd.read_csv(path, nrows=0).columns.tolist()
+            # skipinitialspace: "run_id, job, throughput" names its columns as without spaces
+            header = pd.read_csv(path, nrows=0, skipinitialspace=True).columns.tolist()
             return read_csv(
                 path,
+                skipinitialspace=True,
                 dtype={c: str for c in header if c in _TEXT_COLUMNS},
                 keep_default_na=False,
                 na_values={c: _NA_STRINGS for c in header if c not in _NEVER_NA},

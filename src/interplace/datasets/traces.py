@@ -159,7 +159,8 @@ def _read_csv(
     p = Path(path)
     check_input_file(p)
     try:
-        df = read_csv(p, dtype={c: str for c in text}, keep_default_na=False, na_values=[""])
+        df = read_csv(p, dtype={c: str for c in text}, keep_default_na=False, na_values=[""],
+                      skipinitialspace=True)  # "job_id, user, ..." as written by hand
     except Exception as exc:  # pandas' parser errors, UnicodeDecodeError, OSError
         first = first_line(exc)
         raise InputError(f"cannot read {p}: {first}") from exc

@@ -57,9 +57,10 @@ def _read(path: str | os.PathLike[str], what: str) -> pd.DataFrame:
         raise InputError(f"{p}: unknown {what} file type {p.suffix!r} (use .csv or .parquet)")
     try:
         if suffix == ".csv":
-            header = pd.read_csv(p, nrows=0).columns.tolist()
+            header = pd.read_csv(p, nrows=0, skipinitialspace=True).columns.tolist()
             frame = read_csv(
-                p, dtype={c: str for c in header if c in _TEXT}, keep_default_na=False,
+                p, skipinitialspace=True, dtype={c: str for c in header if c in _TEXT},
+                keep_default_na=False,
                 na_values={c: [""] for c in header if c not in _TEXT},
             )
         else:
