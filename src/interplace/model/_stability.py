@@ -469,10 +469,7 @@ def _droppable(data: CoLocationData) -> list[str]:
     """Runs whose loss alone keeps the data valid: co-located ones, and the isolated runs of
     jobs with more than one (in runs-table order); ``drop_runs`` keeps one of those per job."""
     size = data.run_sizes()
-    runs = data.runs
-    alone = runs.loc[runs["run_id"].map(size).eq(1)]
-    per_job = alone.groupby("job")["run_id"].transform("size")
-    spare = set(alone.loc[per_job > 1, "run_id"].astype(str))
+    spare = {r for alone in _isolated_runs(data).values() if len(alone) > 1 for r in alone}
     return [str(r) for r in size.index if size[r] >= 2 or str(r) in spare]
 
 

@@ -827,6 +827,10 @@ class Problem:
         out: list[tuple[int, ...]] = []
         seen: set[tuple[object, ...]] = set()
         t = self.inst_type
+
+        def holds(g: int) -> tuple[int, ...]:  # what a GPU holds: reserved slots, job types
+            return (self.reserved[g], *sorted(t[k] for k in st.occ[g]))
+
         for idx in self.machines.values():
             free = [g for g in idx if self.can_host(st, i, g)]
             if n > len(idx):
@@ -835,7 +839,7 @@ class Problem:
                 continue
             sig = (
                 len(idx),
-                tuple((self.reserved[g], *sorted(t[k] for k in st.occ[g])) for g in idx),
+                tuple(holds(g) for g in idx),
                 self.machine_signature(self.machine_of[idx[0]]) if len(self.machines) > 1 else None,
             )
             if sig in seen:
@@ -853,9 +857,7 @@ class Problem:
                 # jobs matter: keep one set per (ring cost, multiset of what its GPUs hold).
                 distinct: dict[tuple[object, ...], tuple[int, ...]] = {}
                 for c in combos:
-                    held = tuple(sorted(
-                        (self.reserved[g], *sorted(t[k] for k in st.occ[g])) for g in c
-                    ))
+                    held = tuple(sorted(holds(g) for g in c))
                     distinct.setdefault((round(self.comm_cost(c), 12), held), c)
                 combos = list(distinct.values())
             out.extend(combos if limit is None else combos[:limit])

@@ -269,9 +269,8 @@ def simulate(
             default=math.inf,
         )
         t_next = min(t_arrival, t_done, next_tick if queue else math.inf)
-        stuck = ", ".join(j.job_id for j in queue[:5])
         if not math.isfinite(t_next):
-            raise RuntimeError(f"no job can ever start: {stuck} (does the cluster fit them?)")
+            raise _never_starts(queue)
         tick = t_next < min(t_arrival, t_done)  # only the interval's tick: nothing else moves
         if not tick:
             events += 1
@@ -297,7 +296,7 @@ def simulate(
             decision = scheduler.decide(queue, list(running.values()), now)
             _check_decision(scheduler.name, decision, queue, gpu_ids)
             if tick and not decision and not running and nxt == len(order):
-                raise RuntimeError(f"no job can ever start: {stuck} (does the cluster fit them?)")
+                raise _never_starts(queue)
             if decision:
                 started = set(decision)
                 for job in [j for j in queue if j.job_id in started]:
@@ -324,6 +323,11 @@ def simulate(
     decisions = list(getattr(scheduler, "decision_s", []))
     return SimResult(scheduler.name, record, timeline, n_gpus,
                      time.perf_counter() - start_wall, decisions)
+
+
+def _never_starts(queue: Sequence[SimJob]) -> RuntimeError:
+    stuck = ", ".join(j.job_id for j in queue[:5])
+    return RuntimeError(f"no job can ever start: {stuck} (does the cluster fit them?)")
 
 
 def _check_decision(
