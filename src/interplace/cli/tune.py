@@ -30,10 +30,14 @@ __all__ = ["register", "run_trial"]
 
 def run_trial(cmd: Sequence[str], params: dict[str, Any],
               procs: dict[int, subprocess.Popen[str]] | None = None,
-              lock: threading.Lock | None = None) -> float | str:
+              lock: threading.Lock | None = None,
+              stopped: threading.Event | None = None) -> float | str:
     """Run ``cmd`` with ``params`` as JSON on stdin: the number on its last stdout line, or an
     error message (one line) when it failed. ``procs`` (guarded by ``lock``) holds the running
-    child by its pid so that an interrupt can stop it.
+    child by its pid so that an interrupt can stop it: the child is started and entered under
+    the lock, so an interrupt that takes the lock finds every child started (a trial started
+    between its start and its entry was left running, and tune waited for it); once the
+    interrupt has set ``stopped`` (under the lock), no child starts.
 
     >>> run_trial([sys.executable, "-c", "import json,sys; print(json.load(sys.stdin)['x'] * 2)"],
     ...           {"x": 1.5})
@@ -41,16 +45,18 @@ def run_trial(cmd: Sequence[str], params: dict[str, Any],
     >>> run_trial([sys.executable, "-c", "print('oops')"], {})
     "the last line of stdout is not a number: 'oops'"
     """
-    try:
-        # errors="replace": a trial that prints bytes that are not UTF-8 still reports (or fails).
-        # Its own session: an interrupt stops its whole process group (a shell's children too).
-        proc = subprocess.Popen(list(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, errors="replace",
-                                start_new_session=True)
-    except OSError as exc:
-        return f"cannot run {cmd[0]}: {exc.strerror or exc}"
-    if procs is not None and lock is not None:
-        with lock:
+    with lock if lock is not None else contextlib.nullcontext():
+        if stopped is not None and stopped.is_set():
+            return "interrupted before it started"
+        try:
+            # errors="replace": a trial printing bytes that are not UTF-8 still reports (or
+            # fails). Its own session: an interrupt stops its whole process group.
+            proc = subprocess.Popen(list(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, errors="replace",
+                                    start_new_session=True)
+        except OSError as exc:
+            return f"cannot run {cmd[0]}: {exc.strerror or exc}"
+        if procs is not None:
             procs[proc.pid] = proc
     try:
         out, err = proc.communicate(json.dumps(params))
@@ -115,6 +121,7 @@ def _run(args: argparse.Namespace) -> int:
 
     procs: dict[int, subprocess.Popen[str]] = {}
     lock = threading.Lock()
+    stopped = threading.Event()
     running: dict[Future[float | str], dict[str, Any]] = {}
     failed = 0
     pool = ThreadPoolExecutor(max_workers=args.batch, thread_name_prefix="interplace-tune")
@@ -131,7 +138,7 @@ def _run(args: argparse.Namespace) -> int:
             free = args.batch - len(running)
             if free > 0:
                 for p in tuner.ask(free):
-                    running[pool.submit(run_trial, cmd, p, procs, lock)] = p
+                    running[pool.submit(run_trial, cmd, p, procs, lock, stopped)] = p
             if not running:
                 break
             finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
@@ -148,6 +155,7 @@ def _run(args: argparse.Namespace) -> int:
                     bar.set_postfix_str(f"best {best_text()}")
     except BaseException:
         with lock:
+            stopped.set()
             for proc in list(procs.values()):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGKILL)  # the trial and what it started
