@@ -118,6 +118,23 @@ def test_predict_round_trip_keeps_the_row_order(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.csv", "pred.csv"]
 
 
+def test_predict_reads_a_pairs_table_written_with_spaces_after_commas(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, fitted: Fitted
+) -> None:
+    # "job, co_runner" named its columns " co_runner" (refused as lacking co_runner) while
+    # every other table of ours read it as without the spaces.
+    outs = []
+    for name, sep in (("plain", ","), ("spaced", ", ")):
+        pairs = tmp_path / f"{name}.csv"
+        rows = [sep.join(row) for row in PAIRS.itertuples(index=False)]
+        pairs.write_text("\n".join([sep.join(PAIRS.columns), *rows]) + "\n")
+        outs.append(tmp_path / f"{name}-pred.csv")
+        code, _, err = run(capsys, "predict", "--model", str(fitted.model), "--pairs",
+                           str(pairs), "--seed", "1", "--out", str(outs[-1]))
+        assert (code, err) == (0, "")
+    assert outs[0].read_bytes() == outs[1].read_bytes()
+
+
 def test_predict_is_deterministic_for_a_seed(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, fitted: Fitted
 ) -> None:
@@ -193,7 +210,7 @@ def test_predict_refuses_bad_paths(
                 str(_write(tmp_path / "pairs.tsv", "job\tco_runner\n")),
                 str(tmp_path / "p.csv"),
             ],
-            "unknown pairs file type '.tsv'",
+            "unknown pairs table file type '.tsv'",
         ),
         (
             [str(tmp_path / "no-model"), str(pairs), str(tmp_path / "p.csv")],

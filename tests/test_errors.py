@@ -107,6 +107,33 @@ def test_a_row_longer_than_the_header_is_refused_not_shifted(
         read(path)
 
 
+@pytest.mark.parametrize("reader", ["runs", "samples", "jobs", "state", "philly"])
+def test_every_table_reader_names_an_empty_file(tmp_path: Path, reader: str) -> None:
+    # One reader (errors.read_table) behind them all: an empty file is named as empty, not
+    # as pandas' "No columns to parse from file".
+    from interplace.datasets.runs import read_runs, read_samples
+    from interplace.datasets.traces import load_philly
+    from interplace.placement.io import read_jobs, read_state
+
+    read = {"runs": read_runs, "samples": read_samples, "jobs": read_jobs,
+            "state": read_state, "philly": load_philly}[reader]
+    path = tmp_path / f"{reader}.csv"
+    path.write_text("")
+    with pytest.raises(InputError, match=rf"^{path}: \w+ (table )?is empty$"):
+        read(path)
+
+
+@pytest.mark.parametrize("header", ["job,job,gpus", "job,job ,gpus", "job, gpus,job"])
+def test_a_header_naming_a_column_twice_is_refused(tmp_path: Path, header: str) -> None:
+    # pandas read "job,job" as job and job.1, and "job,job " as two columns named alike.
+    from interplace.placement.io import read_jobs
+
+    path = tmp_path / "jobs.csv"
+    path.write_text(f"{header}\na,b,1\n")
+    with pytest.raises(InputError, match=f"^{path}: jobs table names column 'job' twice$"):
+        read_jobs(path)
+
+
 def test_a_directory_where_a_file_goes_is_named_as_such(tmp_path: Path) -> None:
     from interplace.errors import atomic_write, check_input_file
 

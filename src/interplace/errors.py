@@ -14,7 +14,7 @@ import math
 import os
 import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeGuard
 
@@ -35,6 +35,7 @@ __all__ = [
     "read_csv",
     "read_input",
     "read_json",
+    "read_table",
 ]
 
 
@@ -234,6 +235,88 @@ def read_csv(source: Any, **kwargs: Any) -> pd.DataFrame:
             return frame
         except pd.errors.ParserWarning:
             raise InputError("a row has more fields than the header") from None
+
+
+def read_table(
+    path: str | os.PathLike[str],
+    what: str,
+    *,
+    text: Collection[str] | None = (),
+    missing: Sequence[str] = ("",),
+    never_missing: Collection[str] = (),
+    suffixes: Collection[str] | None = (".csv", ".parquet"),
+) -> pd.DataFrame:
+    r"""The input table ``path`` (CSV, or Parquet by its suffix) as a DataFrame, or an
+    :class:`InputError` naming the file and the problem; every table a user hands us is read
+    through here.
+
+    In a CSV, the columns named in ``text`` are read as text exactly as written (``text=None``:
+    every column); a cell that reads as one of ``missing`` is a missing value, except in the
+    columns ``never_missing`` (a job called ``NA`` stays ``"NA"``). Spaces after a comma are
+    skipped, so ``run_id, job`` names the columns ``run_id`` and ``job``, and a text cell's
+    spaces and tabs around it are dropped (``a , b`` reads as ``a`` and ``b``).
+    ``suffixes`` are the accepted file types (``None``: any name, read as CSV). A row with
+    more fields than the header is refused (:func:`read_csv`).
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "jobs.csv"
+    >>> _ = p.write_text("job, gpus\nNA, 2\n")
+    >>> read_table(p, "jobs table", text=("job",), never_missing=("job",)).to_dict("records")
+    [{'job': 'NA', 'gpus': 2}]
+    >>> _ = p.rename(p.with_suffix(".txt"))
+    >>> read_table(p.with_suffix(".txt"), "jobs table")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: ...jobs.txt: unknown jobs table file type '.txt' (use ...)
+    """
+    import pandas as pd
+
+    p = check_input_file(path)
+    suffix = p.suffix.lower()
+    if suffixes is not None and suffix not in suffixes:
+        kinds = " or ".join(sorted(suffixes))
+        raise InputError(f"{p}: unknown {what} file type {p.suffix!r} (use {kinds})")
+    if suffix != ".parquet" or suffixes is None:
+        _check_header(p, what)
+    try:
+        if suffix == ".parquet" and suffixes is not None:
+            return pd.read_parquet(p)
+        raw = pd.read_csv(p, nrows=0, skipinitialspace=True).columns.tolist()
+        name = {c: str(c).strip(" \t") for c in raw}  # "job ,gpus": the columns job and gpus
+        as_text = [c for c in raw if text is None or name[c] in text]
+        frame: pd.DataFrame = read_csv(
+            p,
+            skipinitialspace=True,
+            dtype=dict.fromkeys(as_text, str),
+            keep_default_na=False,
+            na_values={c: list(missing) for c in raw if name[c] not in never_missing},
+        )
+        for c in as_text:  # "a , b" is a and b, as " b" is (skipinitialspace)
+            frame[c] = frame[c].str.strip(" \t")
+        frame = frame.rename(columns=name)
+        return frame
+    except pd.errors.EmptyDataError:
+        raise InputError(f"{p}: {what} is empty") from None
+    except Exception as exc:  # pandas' parser errors, UnicodeDecodeError, pyarrow's own errors
+        raise InputError(f"cannot read {what} {p}: {first_line(exc)}") from exc
+
+
+def _check_header(path: Path, what: str) -> None:
+    """Refuse a CSV header that names a column twice (pandas reads ``a,a`` as ``a`` and
+    ``a.1``, and ``a,a `` as two columns that read as one)."""
+    import csv
+
+    try:
+        with path.open(newline="", encoding="utf-8", errors="replace") as fh:
+            header = next(csv.reader(fh, skipinitialspace=True), [])
+    except (OSError, csv.Error) as exc:
+        raise InputError(f"cannot read {what} {path}: {first_line(exc)}") from None
+    seen: set[str] = set()
+    for column in header:
+        column = column.strip(" \t")
+        if column in seen:
+            raise InputError(f"{path}: {what} names column {column!r} twice")
+        seen.add(column)
 
 
 def check_input_file(path: str | os.PathLike[str]) -> Path:

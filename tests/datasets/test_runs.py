@@ -356,3 +356,7 @@ def test_a_table_written_with_spaces_after_its_commas_reads_as_without(tmp_path:
     runs = read_runs(p)
     assert runs.columns.tolist()[:3] == ["run_id", "job", "throughput"]
     assert runs["job"].tolist() == ["x", "y", "x", "y"]
+    # Spaces before a comma too: "x " was a job of its own beside "x".
+    q = tmp_path / "aligned.csv"
+    q.write_text("run_id ,job ,throughput\na  ,x  ,2\nb  ,y  ,1\np  ,x  ,1\np  ,y\t,0.5\n")
+    pd.testing.assert_frame_equal(read_runs(q), runs)

@@ -8,14 +8,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, cast
 
 from interplace.cli._common import Subparsers, int_at_least
-from interplace.errors import (
-    InputError,
-    atomic_write,
-    check_input_file,
-    check_output_file,
-    first_line,
-    read_csv,
-)
+from interplace.errors import InputError, atomic_write, check_output_file, read_table
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,23 +21,8 @@ _PREDICT_SUFFIXES = (".csv", ".parquet")
 
 def _read_pairs(path: Path) -> pd.DataFrame:
     """The pairs table to predict, names kept as text (its rows are checked by the model)."""
-    import pandas as pd
-
-    check_input_file(path)
-    suffix = path.suffix.lower()
-    if suffix not in _PREDICT_SUFFIXES:
-        raise InputError(f"{path}: unknown pairs file type {path.suffix!r} (use .csv or .parquet)")
-    try:
-        if suffix == ".csv":
-            # Every cell as text, nothing read as missing: a job called "NA" stays "NA".
-            pairs = read_csv(path, dtype=str, keep_default_na=False)
-        else:
-            pairs = pd.read_parquet(path)
-    except pd.errors.EmptyDataError:
-        raise InputError(f"{path}: pairs table is empty (needs columns job, co_runner)") from None
-    except Exception as exc:  # pandas' parser errors, UnicodeDecodeError, pyarrow's own errors
-        first = first_line(exc)
-        raise InputError(f"cannot read pairs table {path}: {first}") from exc
+    # Every cell as text, nothing read as missing: a job called "NA" stays "NA".
+    pairs = read_table(path, "pairs table", text=None, missing=(), suffixes=_PREDICT_SUFFIXES)
     if len(pairs) == 0:
         raise InputError(f"{path}: pairs table has no rows")
     return pairs.reset_index(drop=True)

@@ -68,7 +68,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from interplace.errors import InputError, atomic_write, check_input_file, first_line, read_csv
+from interplace.errors import InputError, atomic_write, read_table
 
 __all__ = [
     "MODES",
@@ -367,25 +367,7 @@ class CoLocationData:
 
 def _read_table(path: Path, what: str) -> pd.DataFrame:
     """A CSV or Parquet file as a DataFrame; text id columns stay strings."""
-    check_input_file(path)
-    suffix = path.suffix.lower()
-    try:
-        if suffix == ".csv":
-            # skipinitialspace: "run_id, job, throughput" names its columns as without spaces
-            header = pd.read_csv(path, nrows=0, skipinitialspace=True).columns.tolist()
-            return read_csv(
-                path,
-                skipinitialspace=True,
-                dtype={c: str for c in header if c in _TEXT_COLUMNS},
-                keep_default_na=False,
-                na_values={c: _NA_STRINGS for c in header if c not in _NEVER_NA},
-            )
-        if suffix == ".parquet":
-            return pd.read_parquet(path)
-    except Exception as exc:  # pandas' parser errors, OSError, pyarrow's own error types
-        first = first_line(exc)
-        raise InputError(f"cannot read {what} {path}: {first}") from exc
-    raise InputError(f"{path}: unknown {what} file type {path.suffix!r} (use .csv or .parquet)")
+    return read_table(path, what, text=_TEXT_COLUMNS, missing=_NA_STRINGS, never_missing=_NEVER_NA)
 
 
 def read_runs(path: str | os.PathLike[str]) -> pd.DataFrame:

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from interplace.errors import InputError, check_input_file, first_line, read_csv
+from interplace.errors import InputError, read_table
 
 __all__ = [
     "TRACE_COLUMNS",
@@ -157,13 +157,8 @@ def _read_csv(
     path: str | os.PathLike[str], need: Sequence[str], text: Sequence[str]
 ) -> pd.DataFrame:
     p = Path(path)
-    check_input_file(p)
-    try:
-        df = read_csv(p, dtype={c: str for c in text}, keep_default_na=False, na_values=[""],
-                      skipinitialspace=True)  # "job_id, user, ..." as written by hand
-    except Exception as exc:  # pandas' parser errors, UnicodeDecodeError, OSError
-        first = first_line(exc)
-        raise InputError(f"cannot read {p}: {first}") from exc
+    # any name, read as CSV; "job_id, user, ..." as written by hand reads as without spaces
+    df = read_table(p, "trace", text=text, suffixes=None)
     missing = [c for c in need if c not in df.columns]
     if missing:
         raise InputError(f"{p}: lacks column(s) {', '.join(missing)} (needs {', '.join(need)})")

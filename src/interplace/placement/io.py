@@ -24,14 +24,7 @@ from typing import IO, Any, cast
 
 import pandas as pd
 
-from interplace.errors import (
-    InputError,
-    atomic_write,
-    check_input_file,
-    check_output_file,
-    first_line,
-    read_csv,
-)
+from interplace.errors import InputError, atomic_write, check_output_file, read_table
 from interplace.placement._types import DEFAULT_COMM_SHARE, ClusterState, Job, Placement, Running
 
 __all__ = [
@@ -50,26 +43,7 @@ _SUFFIXES = (".csv", ".parquet")
 
 
 def _read(path: str | os.PathLike[str], what: str) -> pd.DataFrame:
-    p = Path(path)
-    check_input_file(p)
-    suffix = p.suffix.lower()
-    if suffix not in _SUFFIXES:
-        raise InputError(f"{p}: unknown {what} file type {p.suffix!r} (use .csv or .parquet)")
-    try:
-        if suffix == ".csv":
-            header = pd.read_csv(p, nrows=0, skipinitialspace=True).columns.tolist()
-            frame = read_csv(
-                p, skipinitialspace=True, dtype={c: str for c in header if c in _TEXT},
-                keep_default_na=False,
-                na_values={c: [""] for c in header if c not in _TEXT},
-            )
-        else:
-            frame = pd.read_parquet(p)
-    except pd.errors.EmptyDataError:
-        raise InputError(f"{p}: {what} is empty") from None
-    except Exception as exc:  # pandas' parser errors, pyarrow's own errors
-        raise InputError(f"cannot read {what} {p}: {first_line(exc)}") from exc
-    return frame
+    return read_table(path, what, text=_TEXT, never_missing=_TEXT)
 
 
 def _need(frame: pd.DataFrame, columns: tuple[str, ...], where: str) -> None:
