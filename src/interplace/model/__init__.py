@@ -112,7 +112,9 @@ each pair :math:`(j, k)` measured alone on one device an effect :math:`\delta_{j
 log speed, :math:`\bar y_{jk} = \bar\mu_{jk} + \delta_{jk} + \bar\varepsilon_{jk}`,
 with prior mean :math:`m_{jk}` from a matrix completion of the measured residuals (biases and
 a soft-impute low-rank term, by cross-validation), spread :math:`\tau` (the misfit the
-completion leaves) and measurement noise :math:`\sigma_m` = ``Hyper.measure_noise`` (2%):
+completion leaves) and measurement noise :math:`\sigma_m`: ``Hyper.measure_noise`` (2%), or
+the spread of the pairs measured several times where it is wider (pooled, the 2% counted as
+ten degrees of freedom: ``_cells.measurement_noise``):
 
 .. math::
     \hat\delta_{jk} = m_{jk} + w_{jk} (\bar y_{jk} - \bar\mu_{jk} - m_{jk}), \quad

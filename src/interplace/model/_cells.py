@@ -17,7 +17,8 @@ A pair's effect :math:`\delta_{jk}` is what the structure misses:
           \delta_{jk} \sim \mathcal{N}(m_{jk}, \tau^2), \quad
           \bar\varepsilon_{jk} \sim \mathcal{N}(0, \sigma_m^2 / n_{jk}),
 
-with :math:`\sigma_m` the measurement noise (``Hyper.measure_noise``, 2%). The prior mean
+with :math:`\sigma_m` the measurement noise: ``Hyper.measure_noise`` (2%), or more where the
+pairs measured several times spread wider (:func:`measurement_noise`). The prior mean
 :math:`m_{jk}` is a completion of the measured residuals :math:`\bar y - \bar\mu` (job biases,
 winsorised as the misfit is heavy-tailed, and a soft-impute low-rank term, rank and shrinkage
 by cross-validation: :func:`complete_effects`): the misfit has structure of its own (a victim
@@ -251,6 +252,19 @@ class MeasuredPairs:
         return out
 
 
+def _measured_rows(obs: Observations, n_jobs: int) -> tuple[_IntArray, _FloatArray]:
+    """Flat cell index ``j * J + k`` and log speed of each observation of a pair measured
+    alone on one device (:func:`measured_cells`), each ``(N,)``."""
+    empty = np.zeros(0, dtype=np.int64)
+    if obs.job.shape[0] == 0:
+        return empty, np.zeros(0)
+    co = obs.co
+    alone = (co[:, 1:] >= n_jobs).all(axis=1) if co.shape[1] > 1 else np.ones(len(co), bool)
+    keep = alone & (co[:, 0] < n_jobs) & (obs.share[:, 0, :].min(axis=-1) > 0)
+    flat = obs.job[keep].astype(np.int64) * n_jobs + co[keep, 0].astype(np.int64)
+    return flat, np.log(obs.speed[keep]).astype(float)
+
+
 def measured_cells(obs: Observations, n_jobs: int) -> tuple[_IntArray, _FloatArray, _IntArray]:
     """Flat indices ``j * J + k``, mean log speed and count of the pairs of ``obs`` measured
     alone on one device, each ``(C,)`` (sorted by index).
@@ -265,18 +279,52 @@ def measured_cells(obs: Observations, n_jobs: int) -> tuple[_IntArray, _FloatArr
     >>> flat.tolist(), n.tolist()
     ([1, 2], [2, 1])
     """
-    empty = np.zeros(0, dtype=np.int64)
-    if obs.job.shape[0] == 0:
-        return empty, np.zeros(0), empty
-    co = obs.co
-    alone = (co[:, 1:] >= n_jobs).all(axis=1) if co.shape[1] > 1 else np.ones(len(co), bool)
-    keep = alone & (co[:, 0] < n_jobs) & (obs.share[:, 0, :].min(axis=-1) > 0)
-    if not keep.any():
-        return empty, np.zeros(0), empty
-    flat = obs.job[keep].astype(np.int64) * n_jobs + co[keep, 0].astype(np.int64)
+    flat, y = _measured_rows(obs, n_jobs)
+    if flat.size == 0:
+        return flat, y, flat
     cells, inverse, counts = np.unique(flat, return_inverse=True, return_counts=True)
-    mean = np.bincount(inverse, weights=np.log(obs.speed[keep])) / counts
+    mean = np.bincount(inverse, weights=y) / counts
     return cells.astype(np.int64), mean.astype(float), counts.astype(np.int64)
+
+
+NOISE_PRIOR_DF = 10.0
+"""Weight of ``Hyper.measure_noise`` in :func:`measurement_noise`, in degrees of freedom."""
+
+
+def measurement_noise(obs: Observations, n_jobs: int, prior: float) -> tuple[float, int]:
+    r"""The measurement noise :math:`\sigma_m` of ``obs``, read off its repeated pairs, and
+    the repeats' degrees of freedom.
+
+    A pair measured :math:`n_{jk} > 1` times (alone on one device) shows the noise of a
+    measurement directly: its log speeds' spread about their mean. Pooled over the pairs,
+    with the prior :math:`\sigma_0` (``prior``, ``Hyper.measure_noise``) worth
+    :math:`\nu_0` = :data:`NOISE_PRIOR_DF` degrees of freedom (the mean of the
+    scaled-inverse-:math:`\chi^2` posterior of a normal variance),
+
+    .. math:: \sigma_m^2 = \max\Bigl(\sigma_0^2,\ \frac{\nu_0 \sigma_0^2
+              + \sum_{jk} \sum_r (y_{jkr} - \bar y_{jk})^2}{\nu_0 + \sum_{jk} (n_{jk} - 1)}
+              \Bigr).
+
+    :math:`\sigma_0` is a floor: repeats that agree exactly (a data set that records one
+    speed for both jobs of a self-pair, as Gavel's does) do not make a measurement more
+    exact than the prior says. Without repeats, :math:`\sigma_m = \sigma_0`.
+
+    >>> from interplace.model._data import Observations
+    >>> obs = Observations(np.zeros(4, int), np.ones((4, 1), int), np.ones((4, 1, 1)),
+    ...                    np.exp([-0.5, -0.1, -0.5, -0.1]), np.arange(4))
+    >>> sigma, df = measurement_noise(obs, 2, 0.02)  # one pair, spread 0.2 about its mean
+    >>> df, round(sigma, 4), round(((10 * 0.02**2 + 4 * 0.2**2) / 13) ** 0.5, 4)
+    (3, 0.1123, 0.1123)
+    """
+    flat, y = _measured_rows(obs, n_jobs)
+    if flat.size == 0:
+        return float(prior), 0
+    _, inverse, counts = np.unique(flat, return_inverse=True, return_counts=True)
+    mean = np.bincount(inverse, weights=y) / counts
+    squares = float(((y - mean[inverse]) ** 2).sum())
+    df = int((counts - 1).sum())
+    pooled = (NOISE_PRIOR_DF * prior**2 + squares) / (NOISE_PRIOR_DF + df)
+    return math.sqrt(max(prior**2, pooled)), df
 
 
 def complete_effects(
@@ -729,7 +777,7 @@ def measured_pairs(
     readings: _FloatArray | None = None,
     lift_ceilings: bool = False,
 ) -> tuple[MeasuredPairs | None, dict[str, Any]]:
-    """The second stage for ``obs`` (module docstring), or None without a measured pair.
+    r"""The second stage for ``obs`` (module docstring), or None without a measured pair.
 
     ``draws``: posterior draws of the structure (``(S, ...)`` each); ``structure_noise``: its
     fitted noise scale :math:`s`; ``family``: ``(J,)`` each job's family index (negative:
@@ -741,7 +789,9 @@ def measured_pairs(
     unless ``lift_ceilings``: module docstring, *Ceilings*); the returned pairs are then
     relative to ``draws`` lifted so (:func:`lifted_draws`), which the caller's posterior must
     match, with each pair's interval spread (:func:`lifted_spread`; its median as
-    ``spread_median``).
+    ``spread_median``), and ``measure_noise`` and ``repeats_df``, the measurement noise
+    :math:`\sigma_m` used and the degrees of freedom of the repeats it was read from
+    (:func:`measurement_noise`, with ``measure_noise`` the prior).
     """
     if not (structure_noise > 0 and measure_noise > 0):
         raise InputError("measured pairs: noise scales must be > 0")
@@ -749,6 +799,7 @@ def measured_pairs(
     flat, mean, counts = measured_cells(obs, n_jobs)
     if flat.size == 0:
         return None, {"choice": "none"}
+    measure_noise, repeats = measurement_noise(obs, n_jobs, measure_noise)
     job, co = flat // n_jobs, flat % n_jobs
     terms = _pair_terms(draws)
     mu = pair_log_speed(draws, terms=terms)
@@ -779,6 +830,7 @@ def measured_pairs(
         # The stored completion is relative to the lifted structure, as everything is.
         expected = expected - lift[:, None]
     info["ceiling_lift"] = lift.tolist()
+    info["measure_noise"], info["repeats_df"] = measure_noise, repeats
     offset = _solve_offsets(draws, target, terms=terms)
     reached = pair_log_speed(draws, offset, terms=terms)[job, co]
     info["unreachable"] = int(((reached - target[job, co]).abs() > 1e-6).sum())

@@ -568,7 +568,8 @@ def fit(
 
     ``measured`` (default) adds the second stage of :mod:`interplace.model._cells`: each pair
     measured alone on one device gets its own effect, so the model's prediction of a measured
-    pair follows the measurement (up to ``hyper.measure_noise``) instead of being shrunk to
+    pair follows the measurement (up to the measurement noise: ``hyper.measure_noise``, or the
+    spread of repeated pairs where wider) instead of being shrunk to
     what the structure explains, and a pair never measured carries the structure's misfit in
     its interval. A job never measured on one side of a pair (as victim, as co-runner)
     borrows that side's effects from its family's measured members, or else from the five
