@@ -229,6 +229,15 @@ def test_queries_that_are_not_what_they_should_be(small_model: InterferenceModel
     # Spaces around a job's name are stripped as around its co-runners'.
     row = m.queries_from_frame(pd.DataFrame({"job": [" job0 "], "co_runner": [" job1 "]}))
     assert row == [Query("job0", ("job1",))]
+    # A job named with a "+" (or with spaces around it) is queried as named: they were
+    # fitted, then read back as "gemm" and "memcpy" (unknown jobs).
+    named = dataclasses.replace(m, jobs=("gemm+memcpy", " padded ", "job2", "job3"))
+    row = named.queries_from_frame(
+        pd.DataFrame({"job": [" padded ", "job2"], "co_runner": ["gemm+memcpy", " padded "]}))
+    assert row == [Query(" padded ", ("gemm+memcpy",)), Query("job2", (" padded ",))]
+    both = dataclasses.replace(m, jobs=("a+b", "a", "b", "c"))
+    with pytest.raises(InputError, match="pairs row 0: co_runner 'a\\+b' names a job and also"):
+        both.queries_from_frame(pd.DataFrame({"job": ["a"], "co_runner": ["a+b"]}))
     with pytest.raises(InputError, match="pairs row 0: job 0 is not a job name"):
         m.queries_from_frame(pd.DataFrame({"job": [0], "co_runner": ["job1"]}))
 

@@ -548,7 +548,9 @@ class InterferenceModel:
     def queries_from_frame(self, pairs: pd.DataFrame) -> list[Query]:
         """One :class:`Query` per row of a table with ``job`` and ``co_runner`` columns.
 
-        ``co_runner`` holds one job or several joined by ``+``. A missing column, an empty
+        ``co_runner`` holds one job or several joined by ``+`` (a job whose own name holds a
+        ``+`` is read as that job; names are matched as written, else without the spaces
+        around them). A missing column, an empty
         cell or name, or a job the model does not know raises :class:`InputError` naming the
         row (rows count from 0).
 
@@ -579,8 +581,18 @@ class InterferenceModel:
                                      "(text)")
                 if absent or not value.strip():
                     raise InputError(f"pairs row {pos} has no {column} (got {value!r})")
-            job = job.strip()  # as the co-runners' names are
+            # A name as written if the model has it, else without the spaces around it.
+            job = job if job in known else job.strip()
+            whole = co if co in known else co.strip()
             parts = tuple(p.strip() for p in co.split("+"))
+            if whole in known:  # a job whose own name holds a "+" is that job
+                if len(parts) > 1 and all(p in known for p in parts):
+                    raise InputError(
+                        f"pairs row {pos}: co_runner {co!r} names a job and also the jobs "
+                        f"{', '.join(map(repr, parts))}; query it through the Python API "
+                        "(Query), which takes co-runners as a list"
+                    )
+                parts = (whole,)
             if any(not p for p in parts):
                 raise InputError(f"pairs row {pos}: co_runner {co!r} has an empty name")
             for name in (job, *parts):
