@@ -540,7 +540,8 @@ def counters_from_samples(
         f = scales[str(m)]
         count = float(st["count"])
         rows.append(
-            (vec, metrics.index(str(m)), count, st["mean"] / f, st["var"] * (count - 1) / f**2)
+            # var / f / f: f**2 of a Python float overflows (an OverflowError) above ~1e154
+            (vec, metrics.index(str(m)), count, st["mean"] / f, st["var"] / f / f * (count - 1))
         )
         keys.append((str(rid), str(d), str(m)))
     if not rows:
