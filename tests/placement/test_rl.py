@@ -132,3 +132,23 @@ def test_model_free_variant_round_trip(tmp_path: Path, toy: MeasuredSpeeds) -> N
         place(topo, MeasuredSpeeds({("zz", "zz"): 0.5}), [Job("a", "zz")], policy=again)
     with pytest.raises(InputError, match="features must be"):
         train_policy(toy, topo, episodes=1, features="ids")
+
+
+def test_load_features_count_reserved_slots(toy: MeasuredSpeeds) -> None:
+    # A GPU full of reserved slots (jobs the model cannot see) read as idle to the policy.
+    from interplace.placement._problem import Problem
+    from interplace.placement.rl import FEATURES, _Featurizer, _TypeFeaturizer
+
+    topo = builtin("pcie-8gpu")
+    reserved = {"0": 1, "1": 2}
+    problem = Problem(topo, toy, [Job("a", "hog")], reserved=reserved, num_samples=1)
+    st = problem.empty_state()
+    i = next(iter(problem.new_instances()))
+    gpus = [(problem.gpu_index[g],) for g in ("0", "1", "2")]
+    load = FEATURES.index("gpu_load")
+    x = _Featurizer(problem)(st, i, gpus)
+    assert x[:, load].tolist() == [0.5, 1.0, 0.0]
+    # the machine's load: 3 of its 16 slots
+    assert x[:, FEATURES.index("machine_load")].tolist() == pytest.approx([3 / 16] * 3)
+    y = _TypeFeaturizer(problem, ["hog"])(st, i, gpus)
+    assert y[:, 2].tolist() == [0.5, 1.0, 0.0]

@@ -18,7 +18,8 @@ Features (:data:`FEATURES`), all read off the model's posterior through the prob
 predicted objective gain of the candidate, its gap to the best candidate's, the job's speed
 alone; the job's posterior demand, pressure (demand times intensity) and sensitivity on GPU
 compute and memory bandwidth, and the same averaged over the candidate GPUs' current jobs; the
-candidate GPUs' load and the load of the GPUs sharing a domain with them; the machine's load;
+candidate GPUs' load and the load of the GPUs sharing a domain with them; the machine's load (a
+load is the share of slots taken, by jobs or reserved: :meth:`Problem.taken`);
 the gang's communication factor (its topology class) and its size.
 
 Training (:func:`train_policy`): *gradient sampling* (Symphony, ICML'20). Each episode draws a
@@ -181,9 +182,9 @@ class _TypeFeaturizer:
             nbr = [h for g in c for h, _ in p.nbrs[g]]
             machine = p.machines[p.machine_of[c[0]]]
             x[2 * self.n:] = [
-                sum(len(st.occ[g]) for g in c) / (cap * len(c)),
-                sum(len(st.occ[h]) for h in nbr) / (cap * len(nbr)) if nbr else 0.0,
-                sum(len(st.occ[g]) for g in machine) / (cap * len(machine)),
+                sum(p.taken(st, g) for g in c) / (cap * len(c)),
+                sum(p.taken(st, h) for h in nbr) / (cap * len(nbr)) if nbr else 0.0,
+                sum(p.taken(st, g) for g in machine) / (cap * len(machine)),
                 p.comm_factor(i, c),
                 math.log2(len(c)),
             ]
@@ -215,15 +216,15 @@ class _Featurizer:
                 self.summary[[t[k] for k in occupants]].mean(0) if occupants else np.zeros(6)
             )
             nbr = [h for g in c for h, _ in p.nbrs[g]]
-            domain = sum(len(st.occ[h]) for h in nbr) / (cap * len(nbr)) if nbr else 0.0
+            domain = sum(p.taken(st, h) for h in nbr) / (cap * len(nbr)) if nbr else 0.0
             machine = p.machines[p.machine_of[c[0]]]
             rows.append([
                 gain, gain - best, alone,
                 s_i[0], s_i[1], s_i[2], s_i[3], s_i[4], s_i[5],
                 occ_s[0], occ_s[2], occ_s[4],
-                sum(len(st.occ[g]) for g in c) / (cap * len(c)),
+                sum(p.taken(st, g) for g in c) / (cap * len(c)),
                 domain,
-                sum(len(st.occ[g]) for g in machine) / (cap * len(machine)),
+                sum(p.taken(st, g) for g in machine) / (cap * len(machine)),
                 p.comm_factor(i, c),
                 math.log2(len(c)),
             ])
