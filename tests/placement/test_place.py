@@ -346,3 +346,17 @@ def test_reserved_slots_tell_twin_machines_apart(toy: MeasuredSpeeds) -> None:
         assert p.objective == pytest.approx(best.objective), name
     with pytest.raises(InputError, match="runs no job and has 3 reserved slot"):
         place(topo, toy, [Job("a", "hog")], reserved={"n0:0": 3})
+
+
+def test_running_jobs_that_may_no_longer_share_stay_as_they_are() -> None:
+    # The forbidden pairs changed after r0 and r1 started on GPU 0: every policy raised
+    # "policy co-located a forbidden pair" (a RuntimeError, for a policy's bug), even with
+    # no new job. The running pair is the cluster's state; new jobs still keep the rule.
+    speeds = {(x, y): 0.9 for x in "ab" for y in "ab"}
+    m = MeasuredSpeeds(speeds, forbidden=frozenset({frozenset({"a", "b"})}))
+    topo = builtin("pcie-8gpu")
+    state = ClusterState((Running(Job("r0", "a"), ("0",)), Running(Job("r1", "b"), ("0",))))
+    for name in ("exact", "greedy", "local-search", "spread", "pack", "random"):
+        assert place(topo, m, [], state, policy=name).pending == (), name
+        p = place(topo, m, [Job("j", "b"), Job("k", "a")], state, policy=name, max_per_gpu=3)
+        assert "0" not in p.assignment()["j"] + p.assignment()["k"], name

@@ -301,13 +301,18 @@ _GROWN_LOCK = threading.Lock()
 
 
 def check_state(problem: Problem, st: State) -> None:
-    """Raise :class:`RuntimeError` if a policy broke a rule (a bug, not bad input)."""
+    """Raise :class:`RuntimeError` if a policy broke a rule (a bug, not bad input).
+
+    Two running jobs on one GPU that may not share it are the cluster's state, not the
+    policy's choice (the forbidden pairs changed since they started, say): left as they are.
+    """
     for g, occ in enumerate(st.occ):
         if len(occ) + problem.reserved[g] > problem.max_per_gpu:
             raise RuntimeError(f"policy put {len(occ)} jobs on GPU {problem.gpus[g]}")
         for a_pos, a in enumerate(occ):
             for b in occ[a_pos + 1 :]:
-                if a == b or not problem.can_pair(a, b):
+                new = max(a, b) >= problem.n_running
+                if a == b or (new and not problem.can_pair(a, b)):
                     raise RuntimeError(f"policy co-located a forbidden pair on {problem.gpus[g]}")
     for i, where in enumerate(st.where):
         if where is None:
