@@ -115,21 +115,6 @@ class FakeScheduler:
         return best
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[InterferenceModel, list[str]]:
-    from interplace.datasets import synthetic
-    from interplace.model import fit
-
-    # The structure alone (measured=False): this fixture tests the extender's rounds, which
-    # assume every co-location costs something. With the second stage, a synthetic pair whose
-    # noisy measurements sit at or above its solo speed keeps that measurement (a free
-    # co-location, as measured), and an idle GPU is no longer strictly preferred.
-    model = fit(
-        synthetic(4, seed=2, samples_per_run=8), seed=0, steps=200, min_steps=200, measured=False
-    )
-    return model, list(model.jobs)
-
-
 def make(model: InterferenceModel, nodes: list[str], **kw: Any) -> tuple[Extender, TestClient]:
     topo = builtin("dgx-a100")
     ext = Extender(model, lambda n: topo if n in nodes else None, **kw)
@@ -345,6 +330,9 @@ def test_manifests_match_the_client_models() -> None:
         assert ("pods", verb) in granted
     assert any(isinstance(r, tuple) and "pods/binding" in r and v == "create"
                for r, v in granted)
+    # The book lives in the process: one replica, and a rollout stops the old one before it
+    # starts the new (two books side by side would each hand out the same GPU).
+    assert dep.spec.replicas == 1 and dep.spec.strategy.type == "Recreate"
     svc = model_of(kinds["Service"], "V1Service")
     assert svc.spec.ports[0].port == 8888
     cfg = yaml.safe_load((DEPLOY / "scheduler-config.yaml").read_text())
@@ -470,13 +458,17 @@ def test_a_pod_recreated_under_its_name_replaces_the_old_booking(
     # A StatefulSet recreates its pod under the same name with a new UID. The old pod's
     # booking must not block the new one's bind, and a late deletion event of the old pod
     # must not free the new one's GPUs.
+    # Without an API server to ask which pod of that name is live, the creation times tell
+    # (tests/serve/test_races.py: with one).
     model, jobs = served
     old = bound("w-0", jobs[0], 1, "5")
     old["metadata"]["uid"] = "uid-old"
+    old["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
     ext, http = make(model, ["n1"])
     KubeSync(FakeApi([old]), ext).restore()
     new = pod("w-0", jobs[0], 1)
     new["metadata"]["uid"] = "uid-new"
+    new["metadata"]["creationTimestamp"] = "2026-01-02T00:00:00Z"
     http.post("/filter", json={"Pod": new, "Nodes": None, "NodeNames": ["n1"]})
     bind = {"PodName": "w-0", "PodNamespace": "ml", "PodUID": "uid-new", "Node": "n1"}
     assert http.post("/bind", json=bind).json()["Error"] == ""

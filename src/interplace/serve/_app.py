@@ -4,9 +4,11 @@
 every answer the extender computed, with any problem in ``Error``), ``GET /healthz`` (200
 ``{"ok": true}``, or 503 with the reason in ``Error`` while ``health()`` names one: with an
 API server, :meth:`~interplace.serve.KubeSync.problem`) and ``GET /state`` (the booked
-GPUs). Malformed JSON or a request the verb cannot read gets 400 with ``{"Error": ...}``; an
-unknown path 404; a body over ``max_body`` bytes 413. The verbs run in a worker thread, so a
-slow scoring never blocks the event loop.
+GPUs, and the pods whose bookings are still assumed: :meth:`Extender.snapshot`). Malformed
+JSON or a request the verb cannot read gets 400 with ``{"Error": ...}``; an unknown path 404;
+a body over ``max_body`` bytes 413. The verbs and ``/state`` (which waits for the book) run
+in a worker thread, so neither a slow scoring nor a wait for the book's lock blocks the event
+loop (``/healthz`` above all).
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ def build_app(
         return JSONResponse({"ok": True})
 
     async def state(request: Request) -> Response:
-        return JSONResponse(extender.snapshot())
+        return JSONResponse(await run_in_threadpool(extender.snapshot))
 
     routes = [Route(f"/{v}", verb(v), methods=["POST"])
               for v in ("filter", "prioritize", "bind", "preempt")]

@@ -35,6 +35,17 @@ under it, so concurrent binds never double-book a GPU. A booking is keyed by the
 StatefulSet's) replaces the booking of the one before it, and a late deletion of the old pod
 leaves the new one's booking alone.
 
+A booking that ``bind`` makes through the API server is *assumed* (as kube-scheduler's cache
+assumes the pods it binds) until a watch event or a list shows that pod, same UID, bound: a
+re-list whose pods were read before the binding landed keeps it, and so does a late event of
+an older pod of the same name (one that is terminating, or created earlier, or, where the
+creation times are unknown, any other pod while the booking is assumed). An assumption that
+no event confirms within ``assume_ttl_s`` is dropped. A bind for a UID other than the booked
+pod of that name's is refused unless the booked pod is known to have gone (the API server's
+pod of that name is the one bound, or the bound one was created later). A GPU that holds
+more pods than ``max_per_gpu`` (bound by a service with a higher limit, say) is full: no pod
+is placed on it, and its pods are counted there but not seen by the model.
+
 A pod whose ``interplace.io/`` labels or annotations are malformed is refused by ``filter``
 on every node (``FailedAndUnresolvableNodes``, with the reason, which kube-scheduler shows
 on the pod) rather than answered with an error status, which an ``ignorable`` extender's
@@ -48,10 +59,10 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from interplace.errors import InputError
+from interplace.errors import InputError, first_line
 from interplace.placement import (
     ClusterState,
     Job,
@@ -92,6 +103,24 @@ MAX_PRIORITY = 10
 TIE = 0.005
 """Gains within this share of the best node's score as the best (:func:`node_score`)."""
 
+ASSUME_TTL_S = 300.0
+"""How long a booking ``bind`` made stays without an event showing its pod bound (seconds)."""
+
+_FINISHED = ("Succeeded", "Failed")
+
+
+def _other(a: str, b: str) -> bool:
+    """Whether UIDs ``a`` and ``b`` name two different pods (an empty UID is not known)."""
+    return bool(a and b and a != b)
+
+
+def _newer(req: PodRequest, held: Booking, default: bool) -> bool:
+    """Whether ``req`` is a later pod of its name than the booked one: by creation time where
+    both are known and differ, else ``default``."""
+    if req.created is not None and held.created is not None and req.created != held.created:
+        return req.created > held.created
+    return default
+
 
 def node_score(gain: float, best: float, worst: float | None = None) -> int:
     """A node's score in ``0..MAX_PRIORITY`` from its predicted gain and the best and worst
@@ -119,30 +148,38 @@ def node_score(gain: float, best: float, worst: float | None = None) -> int:
 @dataclass(frozen=True)
 class Booking:
     """A pod's GPUs on a node; ``job`` None for a pod the model cannot see (no job type);
-    ``uid`` the pod's UID where known (empty: not known)."""
+    ``uid`` the pod's UID where known (empty: not known); ``assumed`` the clock reading when
+    ``bind`` booked it, until an event or a list shows the pod bound (then None);
+    ``created`` the pod's creation time (seconds since the epoch) where known."""
 
     pod: str
     node: str
     gpus: tuple[str, ...]
     job: Job | None
     uid: str = ""
+    assumed: float | None = None
+    created: float | None = None
 
 
 @dataclass
 class Book:
-    """Which pods hold which GPUs, per node, behind one lock (``version`` counts changes)."""
+    """Which pods hold which GPUs, per node, behind one lock (``version`` counts changes);
+    ``assumed`` the bookings not yet confirmed (:attr:`Booking.assumed`)."""
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     pods: dict[str, Booking] = field(default_factory=dict)
     version: int = 0
     by_node: dict[str, dict[str, Booking]] = field(default_factory=dict)
     node_version: dict[str, int] = field(default_factory=dict)
+    assumed: dict[str, Booking] = field(default_factory=dict)
 
     def add(self, booking: Booking) -> None:
         """Book ``booking`` (replacing the pod's earlier one); call with the lock held."""
         self.remove(booking.pod)
         self.pods[booking.pod] = booking
         self.by_node.setdefault(booking.node, {})[booking.pod] = booking
+        if booking.assumed is not None:
+            self.assumed[booking.pod] = booking
         self._bump(booking.node)
 
     def remove(self, pod: str) -> Booking | None:
@@ -150,6 +187,7 @@ class Book:
         old = self.pods.pop(pod, None)
         if old is not None:
             self.by_node.get(old.node, {}).pop(pod, None)
+            self.assumed.pop(pod, None)
             self._bump(old.node)
         return old
 
@@ -159,6 +197,7 @@ class Book:
             self._bump(node)
         self.pods.clear()
         self.by_node.clear()
+        self.assumed.clear()
 
     def _bump(self, node: str) -> None:
         self.version += 1
@@ -184,8 +223,12 @@ class Extender:
 
     ``topology_for(node)`` returns the node's topology (GPU ids local to it) or None;
     ``binder(pod, node, gpus)`` records a binding with the API server (None: standalone,
-    bind only books). ``deadline_s`` bounds a prioritize call: nodes left unscored when it
-    runs out get the neutral score (and a log line), so the scheduler is never held up.
+    bind only books, and its bookings are final); ``fetch_pod(namespace, name)`` reads a pod
+    from it. ``deadline_s`` bounds a prioritize call's scoring, from when it holds the book:
+    nodes left unscored when it runs out get the neutral score (and a log line), so the
+    scheduler is never held up. ``assume_ttl_s``: how long a booking made by a bind through
+    ``binder`` lasts unless an event or a list shows its pod bound (module docstring);
+    ``clock`` the monotonic clock that measures it.
     """
 
     def __init__(
@@ -200,7 +243,12 @@ class Extender:
         deadline_s: float = 2.0,
         num_samples: int = 64,
         seed: int = 0,
+        assume_ttl_s: float = ASSUME_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if not (isinstance(assume_ttl_s, int | float) and math.isfinite(assume_ttl_s)
+                and assume_ttl_s > 0):
+            raise InputError(f"assume_ttl_s must be a positive number, not {assume_ttl_s!r}")
         self.model = model
         self.topology_for = topology_for
         self.policy = policy
@@ -208,6 +256,8 @@ class Extender:
         self.binder = binder
         self.fetch_pod = fetch_pod
         self.deadline_s = deadline_s
+        self.assume_ttl_s = float(assume_ttl_s)
+        self.clock = clock
         self.book = Book()
         self.known = set(model.jobs)
         self._cache = SpeedCache(model, num_samples=num_samples, seed=seed)
@@ -253,12 +303,22 @@ class Extender:
             return None
         running: list[Running] = []
         reserved: dict[str, int] = {}
-        for b in self.book.on_node(node):
-            if b.job is None or (b.job.job not in self.known and not b.job.counters):
+        ids = set(topo.gpus())
+        occ = self.book.occupancy(node)
+        # A GPU over max_per_gpu (bound under a higher limit, or by another scheduler) is full:
+        # its pods count as reserved slots, at most max_per_gpu, and the model does not see
+        # them (placement refuses an over-full state). So does a pod on GPUs the node lacks.
+        over = {g for g, n in occ.items() if n > self.max_per_gpu}
+        for b in sorted(self.book.on_node(node), key=lambda b: b.pod):
+            if (b.job is None or (b.job.job not in self.known and not b.job.counters)
+                    or any(g in over or g not in ids for g in b.gpus)):
                 for g in b.gpus:
-                    reserved[g] = reserved.get(g, 0) + 1
+                    if g in ids:
+                        reserved[g] = reserved.get(g, 0) + 1
             else:
                 running.append(Running(b.job, b.gpus))
+        for g in over & ids:
+            reserved[g] = min(reserved[g], self.max_per_gpu)
         key = (id(topo), tuple(sorted((r.job.job, r.gpus) for r in running)),
                tuple(sorted(reserved.items())))
         return topo, ClusterState(tuple(running)), reserved, key
@@ -329,6 +389,7 @@ class Extender:
         names, objects = self._nodes(args)
         passed, failed, hopeless = [], {}, {}
         with self.book.lock:
+            self._expire()
             for node in names:
                 if pod.problem is not None:
                     hopeless[node] = f"pod {pod.key}: {pod.problem}"
@@ -367,9 +428,12 @@ class Extender:
                 log.warning("pod %s: job type %r unknown to the model and no %s; neutral "
                             "scores", pod.key, pod.job_type, "interplace.io/counters")
             return [{"Host": n, "Score": NEUTRAL_SCORE} for n in names]
-        start = time.monotonic()
         gains: dict[str, float | None] = {}  # absent: neutral; None: cannot place there
         with self.book.lock:
+            # The deadline counts the scoring, not the wait for the book: a call that queued
+            # behind another still scores.
+            start = time.monotonic()
+            self._expire()
             for node in names:
                 if time.monotonic() - start > self.deadline_s:
                     log.warning("prioritize %s: deadline %.1f s reached; %s scored neutrally",
@@ -394,31 +458,56 @@ class Extender:
         return out
 
     def bind(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        """``ExtenderBindingArgs`` -> ``ExtenderBindingResult``: choose GPUs, book, bind."""
+        """``ExtenderBindingArgs`` -> ``ExtenderBindingResult``: choose GPUs, book, bind.
+
+        Refused (in ``Error``): a pod already booked, a pod whose UID is not the API server's
+        pod of that name, and a UID other than the booked pod of that name's unless that
+        one is known to have gone (module docstring). Where the binder fails, the pod is
+        read again: if it is bound to the node all the same (the reply was lost), the bind
+        succeeds and keeps its booking; otherwise the booking is dropped."""
         for k in ("PodName", "PodNamespace", "Node"):
             if not isinstance(args.get(k), str) or not args[k]:
                 raise InputError(f"ExtenderBindingArgs lacks {k}")
-        key = f"{args['PodNamespace']}/{args['PodName']}"
+        namespace, name = str(args["PodNamespace"]), str(args["PodName"])
+        key = f"{namespace}/{name}"
         node = str(args["Node"])
         uid = args.get("PodUID")
         uid = uid if isinstance(uid, str) else ""
         pod = self._pending.get(key)
         if pod is not None and uid and pod.uid and pod.uid != uid:
             pod = None  # remembered from an earlier pod of that name
+        live: PodRequest | None = None  # the API server's pod of that name, where read
         if pod is None and self.fetch_pod is not None:
-            pod = parse_pod(self.fetch_pod(str(args["PodNamespace"]), str(args["PodName"])),
-                            strict=False)
+            pod = live = parse_pod(self.fetch_pod(namespace, name), strict=False)
+            if _other(live.uid, uid):
+                return {"Error": f"pod {key} (UID {uid}) is gone: the API server's pod of "
+                                 f"that name is UID {live.uid}"}
         if pod is None:
             return {"Error": f"pod {key}: no filter or prioritize call named it, and the "
                              "service has no API server to read it from"}
         if pod.problem is not None:
             return {"Error": f"pod {key}: {pod.problem}"}
         uid = uid or pod.uid
+        pod = replace(pod, uid=uid)  # the binder's preconditions name this pod
         with self.book.lock:
             held = self.book.pods.get(key)
-            if held is not None and not (held.uid and uid and held.uid != uid):
+        superseded = ""  # the UID of a booked pod of that name known to have gone
+        if held is not None and _other(held.uid, uid):
+            why = self._superseded(pod, held, live)
+            if why is not None:
+                return {"Error": why}
+            superseded = held.uid
+        with self.book.lock:
+            self._expire()
+            held = self.book.pods.get(key)
+            if held is not None and not _other(held.uid, uid):
                 return {"Error": f"pod {key} is already bound to {held.node}"}
-            if held is not None:  # an earlier pod of that name, gone: names are unique
+            if held is not None:
+                if held.uid != superseded:
+                    return {"Error": f"pod {key}: another pod of that name (UID {held.uid}) "
+                                     "was booked meanwhile; not bound"}
+                log.info("bind %s: the booked pod of that name (UID %s) has gone", key,
+                         held.uid)
                 self.book.remove(key)
             why = self._fits(pod, node)
             if why is not None:
@@ -436,18 +525,73 @@ class Extender:
                     free = sorted((g for g in topo.gpus() if occ.get(g, 0) < self.max_per_gpu),
                                   key=lambda g: (occ.get(g, 0), topo.gpus().index(g)))
                     gpus = tuple(free[: pod.gpus])
-            booking = Booking(key, node, gpus, job, uid)
+            assumed = None if self.binder is None else self.clock()
+            booking = Booking(key, node, gpus, job, uid, assumed, pod.created)
             self.book.add(booking)
         if self.binder is not None:
             try:
                 self.binder(pod, node, gpus)
             except Exception as exc:
-                with self.book.lock:
-                    if self.book.pods.get(key) is booking:
-                        self.book.remove(key)
-                return {"Error": f"binding {key} to {node} failed: {exc}"}
+                return self._bind_failed(pod, node, booking, exc)
+            with self.book.lock:  # the assumption's time runs from the binding
+                if self.book.pods.get(key) is booking:
+                    self.book.add(replace(booking, assumed=self.clock()))
         self._pending.pop(key, None)
         return {"Error": ""}
+
+    def _superseded(self, pod: PodRequest, held: Booking, live: PodRequest | None) -> str | None:
+        """None where the booked ``held`` (another UID than ``pod``'s) is known to have gone,
+        else why the bind of ``pod`` is refused. ``live``: the API server's pod of that name,
+        if already read."""
+        key = pod.key
+        if pod.created is not None and held.created is not None and pod.created != held.created:
+            if pod.created > held.created:
+                return None
+            return (f"pod {key} (UID {pod.uid}) is older than the booked pod of that name "
+                    f"(UID {held.uid}); not bound")
+        if live is None and self.fetch_pod is not None:
+            try:
+                live = parse_pod(self.fetch_pod(pod.namespace, pod.name), strict=False)
+            except Exception as exc:
+                return (f"pod {key}: another pod of that name (UID {held.uid}) is booked, "
+                        f"and reading the pod failed ({first_line(exc)}); not bound")
+        if live is None:
+            return (f"pod {key}: another pod of that name (UID {held.uid}) is booked, and "
+                    "without an API server the service cannot tell it has gone; not bound")
+        if live.uid == pod.uid:
+            return None
+        return (f"pod {key} (UID {pod.uid}) is not the API server's pod of that name "
+                f"(UID {live.uid}); not bound")
+
+    def _bind_failed(
+        self, pod: PodRequest, node: str, booking: Booking, exc: Exception
+    ) -> dict[str, Any]:
+        """The reply to a bind whose binder raised ``exc``: the request may have reached the
+        API server all the same, so read the pod again, and keep the booking where it is
+        bound to ``node`` (as a watch event may already have shown)."""
+        key = pod.key
+        there: str | None = None  # the node the API server has the pod bound to
+        if self.fetch_pod is not None:
+            try:
+                now = parse_pod(self.fetch_pod(pod.namespace, pod.name), strict=False)
+            except Exception as read:
+                log.warning("bind %s: binding failed (%s) and reading the pod back failed "
+                            "too (%s)", key, first_line(exc), first_line(read))
+            else:
+                if not _other(now.uid, pod.uid):
+                    there = now.node
+        with self.book.lock:
+            current = self.book.pods.get(key)
+            seen = (current is not None and current is not booking and current.assumed is None
+                    and not _other(current.uid, pod.uid) and current.node == node)
+            if there == node or seen:
+                log.warning("bind %s: the binder failed (%s) but the pod is bound to %s; "
+                            "booking kept", key, first_line(exc), node)
+                self._pending.pop(key, None)
+                return {"Error": ""}
+            if current is booking:
+                self.book.remove(key)
+        return {"Error": f"binding {key} to {node} failed: {exc}"}
 
     def preempt(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """``ExtenderPreemptionArgs`` -> ``ExtenderPreemptionResult``: the scheduler's
@@ -489,6 +633,7 @@ class Extender:
             return {"NodeNameToMetaVictims": out}
         kept = {}
         with self.book.lock:
+            self._expire()
             for node, victims_of in out.items():
                 uids = {str((m or {}).get("UID") or "") for m in victims_of.get("Pods") or []}
                 uids.discard("")
@@ -512,52 +657,117 @@ class Extender:
         self._pending[req.key] = req
 
     # ------------------------------------------------------------- state
-    def restore(self, pods: Sequence[Any]) -> int:
-        """Rebuild the book from pod objects (the API server's list); returns bookings made.
+    def _expire(self) -> None:
+        """Drop the assumed bookings older than ``assume_ttl_s``; call with the lock held."""
+        now = self.clock()
+        for key, b in list(self.book.assumed.items()):
+            if b.assumed is not None and now - b.assumed > self.assume_ttl_s:
+                log.warning("pod %s: no event showed it bound to %s within %.0f s; its "
+                            "booking is dropped", key, b.node, self.assume_ttl_s)
+                self.book.remove(key)
+
+    def restore(self, pods: Sequence[Any], listed_at: float | None = None) -> int:
+        """Rebuild the book from pod objects (the API server's list); returns the bookings
+        in the book.
 
         A pod that cannot be read at all is left out with a log line; one whose
         ``interplace.io/`` annotations are malformed is booked where it runs, unseen by the
-        model (:func:`~interplace.serve._pods.parse_pod` with ``strict=False``)."""
-        made = 0
+        model (:func:`~interplace.serve._pods.parse_pod` with ``strict=False``). Assumed
+        bookings (module docstring) the list does not show bound yet are kept, unless the
+        list shows the pod finished, or a later pod of that name, or (where ``listed_at``,
+        the :attr:`clock` reading when the list was asked for, is given and comes after the
+        booking) no pod of that name or another one."""
         with self.book.lock:
+            self._expire()
+            assumed = list(self.book.assumed.values())
             self.book.clear()
+            listed: dict[str, PodRequest] = {}
             for obj in pods:
                 try:
                     req = parse_pod(obj, strict=False)
                 except InputError as exc:
                     log.warning("restore: a pod left out of the book (%s)", exc)
                     continue
-                if not req.node or req.phase in ("Succeeded", "Failed"):
+                listed[req.key] = req
+                if not req.node or req.phase in _FINISHED:
                     continue
                 if not req.assigned_gpus and req.gpus:
                     continue  # not ours: bound by another scheduler, GPUs unknown
                 self._note_problem(req)
                 self.book.add(self._booking(req))
-                made += 1
-        return made
+            for b in assumed:
+                kept = self._still_assumed(b, listed.get(b.pod), listed_at)
+                if kept is not None:
+                    self.book.add(kept)
+            return len(self.book.pods)
+
+    def _still_assumed(
+        self, b: Booking, req: PodRequest | None, listed_at: float | None
+    ) -> Booking | None:
+        """What becomes of assumed booking ``b`` after a list that shows ``req`` under its
+        name (None: no pod): the booking to keep, or None (the list's own booking, if any,
+        stands)."""
+        after = listed_at is not None and b.assumed is not None and b.assumed <= listed_at
+        if req is None:  # created after the list, or deleted since it
+            return None if after else b
+        if _other(b.uid, req.uid):
+            return None if after or _newer(req, b, default=False) else b
+        if req.phase in _FINISHED:
+            return None
+        if req.node is None:
+            return b  # the list was read before the binding landed
+        if req.key in self.book.pods:
+            return None  # shown bound: the list's booking is confirmed
+        # Bound, but with no GPUs recorded: ours where it is on our node.
+        return replace(b, assumed=None) if req.node == b.node else None
 
     def observe(self, event_type: str, pod: Any) -> None:
         """Apply one watch event (``ADDED``, ``MODIFIED``, ``DELETED``) to the book.
 
         Pods are read as :meth:`restore` reads them, but one that cannot be read at all
-        raises :class:`~interplace.errors.InputError` (the watch logs it and goes on). A
-        deletion of a pod whose UID differs from the booked one's (an older pod of the same
-        name) changes nothing."""
+        raises :class:`~interplace.errors.InputError` (the watch logs it and goes on). An
+        event of the booked pod that shows it bound confirms its booking (and corrects its
+        node and GPUs, where they differ). An event of another pod of the same name replaces
+        the booking only where it shows that pod bound, not terminating, and later than the
+        booked one (module docstring); its deletion changes nothing. An event of a
+        terminating pod the book does not hold books nothing."""
         req = parse_pod(pod, strict=False)
         with self.book.lock:
             held = self.book.pods.get(req.key)
-            other = held is not None and bool(held.uid and req.uid and held.uid != req.uid)
-            gone = event_type == "DELETED" or req.phase in ("Succeeded", "Failed")
+            gone = event_type == "DELETED" or req.phase in _FINISHED
+            if held is not None and _other(held.uid, req.uid):
+                # Another pod of that name: a late event of an earlier one, or a later one.
+                if gone or req.deleting or not _newer(req, held, held.assumed is None):
+                    return
+                if req.node and req.assigned_gpus:
+                    self._note_problem(req)
+                    self.book.add(self._booking(req))
+                return
             if gone:
-                if not other:
+                if held is not None:
                     self.book.remove(req.key)
                 return
-            if req.node and req.assigned_gpus and (held is None or other):
-                self._note_problem(req)
-                self.book.add(self._booking(req))
+            if held is None:
+                if req.node and req.assigned_gpus and not req.deleting:
+                    self._note_problem(req)
+                    self.book.add(self._booking(req))
+                return
+            if not req.node:
+                return  # not bound yet (its bind is under way): the booking stands
+            if req.assigned_gpus:
+                fresh = self._booking(req)
+                if held.assumed is not None or (held.node, held.gpus) != (fresh.node,
+                                                                          fresh.gpus):
+                    self._note_problem(req)
+                    self.book.add(fresh)
+            elif req.node != held.node:
+                self.book.remove(req.key)  # bound elsewhere by someone else, GPUs unknown
+            elif held.assumed is not None:
+                self.book.add(replace(held, assumed=None))
 
     def _booking(self, req: PodRequest) -> Booking:
-        return Booking(req.key, req.node or "", req.assigned_gpus, self._job(req), req.uid)
+        return Booking(req.key, req.node or "", req.assigned_gpus, self._job(req), req.uid,
+                       None, req.created)
 
     @staticmethod
     def _note_problem(req: PodRequest) -> None:
@@ -566,10 +776,11 @@ class Extender:
                         req.problem)
 
     def snapshot(self) -> dict[str, Any]:
-        """The book as JSON: ``{node: {pod: "gpu,gpu"}}`` and its version."""
+        """The book as JSON: ``{node: {pod: "gpu,gpu"}}``, its version, and the pods whose
+        bookings are still assumed (module docstring)."""
         with self.book.lock:
             nodes: dict[str, dict[str, str]] = {}
             for b in self.book.pods.values():
                 nodes.setdefault(b.node, {})[b.pod] = ",".join(b.gpus)
             return {"version": self.book.version, "nodes": nodes,
-                    "annotation": ANNOTATION_GPUS}
+                    "assumed": sorted(self.book.assumed), "annotation": ANNOTATION_GPUS}

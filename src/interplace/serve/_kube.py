@@ -81,20 +81,31 @@ class KubeSync:
         self._failing: str | None = None
 
     def restore(self) -> str:
-        """List every pod, rebuild the book; returns the list's resourceVersion."""
+        """List every pod, rebuild the book; returns the list's resourceVersion.
+
+        The list is read without the book's lock, so binds go on meanwhile: the book keeps
+        the bookings of binds the list does not show yet (:meth:`Extender.restore`)."""
+        listed_at = self.extender.clock()
         listing = self.api.list_pod_for_all_namespaces()
         plain = _plain(listing)
-        made = self.extender.restore(plain.get("items") or [])
+        made = self.extender.restore(plain.get("items") or [], listed_at=listed_at)
         log.info("restored %d GPU bookings from the API server", made)
         return str((plain.get("metadata") or {}).get("resourceVersion") or "")
 
     def bind(self, pod: PodRequest, node: str, gpus: tuple[str, ...]) -> None:
-        """Record the GPUs on the pod, then create its Binding to ``node``."""
+        """Record the GPUs on the pod, then create its Binding to ``node``.
+
+        Both name the pod's UID (where known), so the API server refuses them when the pod
+        of that name is another one (recreated under its name): the Binding by its UID
+        precondition, the patch because a pod's ``metadata.uid`` is immutable (a patch
+        that sets another UID is rejected, as Kubernetes' own controllers rely on)."""
         from kubernetes import client
 
         if gpus:
-            body = {"metadata": {"annotations": {ANNOTATION_GPUS: ",".join(gpus)}}}
-            self.api.patch_namespaced_pod(pod.name, pod.namespace, body)
+            meta: dict[str, Any] = {"annotations": {ANNOTATION_GPUS: ",".join(gpus)}}
+            if pod.uid:
+                meta["uid"] = pod.uid
+            self.api.patch_namespaced_pod(pod.name, pod.namespace, {"metadata": meta})
         binding = client.V1Binding(
             metadata=client.V1ObjectMeta(name=pod.name, namespace=pod.namespace, uid=pod.uid
                                          or None),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from interplace.errors import InputError
@@ -49,7 +50,9 @@ class PodRequest:
     the pod carries no :data:`KEY_JOB_TYPE`; ``gpus`` from :data:`GPU_RESOURCE` (the pod's
     effective request, :func:`gpu_request`). ``problem``: why its ``interplace.io/``
     labels or annotations could not be read, where :func:`parse_pod` was asked to read it
-    anyway (``strict=False``); the model then cannot see it (``job_type`` None)."""
+    anyway (``strict=False``); the model then cannot see it (``job_type`` None). ``created``:
+    ``metadata.creationTimestamp`` in seconds since the epoch (None: absent or unreadable);
+    ``deleting``: the pod carries a ``metadata.deletionTimestamp`` (it is terminating)."""
 
     key: str
     namespace: str
@@ -65,6 +68,29 @@ class PodRequest:
     assigned_gpus: tuple[str, ...] = ()
     phase: str = ""
     problem: str | None = None
+    created: float | None = None
+    deleting: bool = False
+
+
+def _timestamp(value: Any) -> float | None:
+    """An API timestamp (RFC 3339, ``2026-01-01T00:00:00Z``) in seconds since the epoch, or
+    None where there is none or it cannot be read (the extender only compares them).
+
+    >>> _timestamp("1970-01-01T00:01:00Z"), _timestamp("soon")
+    (60.0, None)
+    """
+    if isinstance(value, datetime):
+        moment = value
+    elif isinstance(value, str) and value:
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    else:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
 
 
 def _meta_value(meta: Mapping[str, Any], key: str) -> str | None:
@@ -244,4 +270,6 @@ def parse_pod(pod: Any, *, strict: bool = True) -> PodRequest:
         assigned_gpus=tuple(g for g in str(assigned).split(",") if g) if assigned else (),
         phase=str(status.get("phase") or "") if isinstance(status, Mapping) else "",
         problem=problem,
+        created=_timestamp(meta.get("creationTimestamp")),
+        deleting=meta.get("deletionTimestamp") is not None,
     )
