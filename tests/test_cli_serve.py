@@ -114,3 +114,29 @@ def test_serve_start_up_errors(
         main(["serve", "--model", str(model_dir), "--topology", "dgx-a100", "--deadline", "-1"])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and err.count("\n") == 1 and "argument --deadline" in err
+
+
+def test_the_assume_ttl_option_reaches_the_extender(
+    model_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import interplace.serve as serve
+    from interplace.serve._extender import ASSUME_TTL_S
+
+    made: list[float] = []
+
+    class Stop(Exception):
+        pass
+
+    def build_app(extender: serve.Extender, health: object = None) -> None:
+        made.append(extender.assume_ttl_s)
+        raise Stop
+
+    monkeypatch.setattr(serve, "build_app", build_app)
+    for extra, ttl in (([], ASSUME_TTL_S), (["--assume-ttl", "42"], 42.0)):
+        with pytest.raises(Stop):
+            main(["serve", "--standalone", "--model", str(model_dir), "--topology", "dgx-a100",
+                  *extra])
+        assert made[-1] == ttl
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--model", str(model_dir), "--topology", "dgx-a100", "--assume-ttl", "0"])
+    assert exc.value.code == 2 and "argument --assume-ttl" in capsys.readouterr().err

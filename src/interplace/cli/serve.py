@@ -74,7 +74,7 @@ def _run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s",
                         stream=sys.stderr)
     extender = Extender(model, topology_for, policy=args.policy, max_per_gpu=args.max_per_gpu,
-                        deadline_s=args.deadline)
+                        deadline_s=args.deadline, assume_ttl_s=args.assume_ttl)
     sync = None
     if not args.standalone:
         sync = KubeSync(connect(), extender)
@@ -108,6 +108,10 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--max-per-gpu", type=int_at_least(1), default=2, metavar="K")
     p.add_argument("--deadline", type=positive_number, default=2.0, metavar="S",
                    help="most seconds a prioritize call scores before going neutral")
+    # serve._extender.ASSUME_TTL_S (not imported here: the serve extra may be absent)
+    p.add_argument("--assume-ttl", type=positive_number, default=300.0, metavar="S",
+                   help="seconds a bind's booking waits for the pod watch to show the pod "
+                   "bound before it is dropped (default: 300)")
     p.add_argument("--standalone", action="store_true",
                    help="no API server: bind only records (trials and tests)")
     p.set_defaults(func=_run)
