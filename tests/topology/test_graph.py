@@ -219,3 +219,19 @@ def test_nvlink_needs_gpu_ends() -> None:
         b.add_nvlink(f1, f2, 2)
     with pytest.raises(InputError, match="already be in"):
         b.add_nvlink(g, "gpu:99", 1)
+
+
+@pytest.mark.parametrize("spec", ["dgx-a100*3", "p4d*2", "pcie-8gpu*2", "dgx1-v100"])
+def test_nearest_nic_equals_a_scan_of_every_nic(spec: str) -> None:
+    # nearest_nic compares only the GPU's own machine's NICs: the same answer as ranking
+    # every NIC of the cluster that sits on the GPU's machine.
+    from interplace.topology import CONNECTION_ORDER, builtin
+
+    t = builtin(spec)
+    rank = {c: i for i, c in enumerate(CONNECTION_ORDER)}
+    for g in t.gpus():
+        node = t.gpu(g).node
+        machine = t.graph.nodes[node]["machine"]
+        mine = [c for c in t.nics() if t.graph.nodes[c]["machine"] == machine]
+        want = min(mine, key=lambda c: (rank[t.connection(g, c)], natural_key(c)), default=None)
+        assert t.nearest_nic(g) == want, g

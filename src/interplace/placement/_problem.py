@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -86,6 +87,43 @@ def never_faster(source: object) -> bool:
     from interplace.model import InterferenceModel
 
     return isinstance(source, InterferenceModel)
+
+
+@dataclass
+class _TopologyMemo:
+    """What placement derives from a topology alone, shared by every :class:`Problem` built
+    on that :class:`Topology` (immutable: its graph is frozen), so a scheduler, simulator or
+    extender making a new problem per decision computes it once.
+
+    ``machine_nodes``: the vertices of each machine; ``signatures``: each machine's structure
+    (:meth:`Problem.machine_signature`); ``classes``: a small number per distinct signature
+    and ``machine_class`` each machine's (equal numbers, equal signatures: a cheap key);
+    ``comm``: all-reduce times of GPU sets
+    (:meth:`Problem.comm_cost`, a pure function of the topology and the set; bounded);
+    ``best_comm``: :math:`T^*` per gang size (:meth:`Problem.best_comm_cost`).
+    """
+
+    machine_nodes: dict[str, list[str]] | None = None
+    signatures: dict[str, tuple[object, ...]] = field(default_factory=dict)
+    classes: dict[tuple[object, ...], int] = field(default_factory=dict)
+    machine_class: dict[str, int] = field(default_factory=dict)
+    numbers: Iterator[int] = field(default_factory=itertools.count)
+    comm: dict[tuple[object, ...], float] = field(default_factory=dict)
+    best_comm: dict[int, float] = field(default_factory=dict)
+
+
+_TOPOLOGY_MEMOS: weakref.WeakKeyDictionary[Topology, _TopologyMemo] = (
+    weakref.WeakKeyDictionary()
+)
+_COMM_MEMO_SIZE = 65_536  # ring costs kept per topology (cleared when full)
+
+
+def _topology_memo(topology: Topology) -> _TopologyMemo:
+    """The shared memo of ``topology`` (created on first use, dropped with the topology)."""
+    memo = _TOPOLOGY_MEMOS.get(topology)
+    if memo is None:
+        memo = _TOPOLOGY_MEMOS.setdefault(topology, _TopologyMemo())
+    return memo
 
 
 def _mask(names: Iterable[str]) -> int:
@@ -265,7 +303,8 @@ class Problem:
                 raise InputError(f"reserved slots on GPU {g} must be an integer >= 0")
             self.reserved[self.gpu_index[g]] = n
         self._share_ok = self._share_rule(can_share)
-        self._machine_sigs: dict[str, tuple[object, ...]] = {}
+        self._share_any = can_share is None and getattr(source, "can_share", None) is None
+        self._topo_memo = _topology_memo(topology)
         self.info: dict[str, object] = {}
         self.cross_gpu = cross_gpu_evidence(source) if cross_gpu is None else bool(cross_gpu)
         self.info["cross_gpu"] = self.cross_gpu
@@ -282,9 +321,7 @@ class Problem:
         self._vec = cache.vec
         self._meas = cache.meas
         self._mean = cache.mean
-        self._comm_best: dict[int, float] = {}
         self._factors: dict[tuple[int, tuple[int, ...]], float] = {}
-        self._comm_cache: dict[tuple[object, ...], float] = {}
         self._local_pos = {g: k for idx in machines.values() for k, g in enumerate(idx)}
         self.queries_answered = 0
         self._clock = itertools.count(1)
@@ -333,29 +370,57 @@ class Problem:
         return nbrs
 
     def machine_signature(self, machine: str) -> tuple[object, ...]:
-        """Identical for machines whose graphs match once the machine prefix is stripped."""
-        hit = self._machine_sigs.get(machine)
+        """Identical for machines whose graphs match once the machine prefix is stripped.
+
+        It holds every vertex (kind, GPU id) and edge (kind, bandwidth, NVLink count) of the
+        machine, all that routes, ring costs and contention domains inside a machine read, so
+        machines with equal signatures share them. Kept per topology (:class:`_TopologyMemo`).
+        """
+        sigs = self._topo_memo.signatures
+        hit = sigs.get(machine)
         if hit is None:
-            hit = self._machine_sigs[machine] = self._signature(machine, self.machines[machine])
+            hit = sigs[machine] = self._signature(machine, self.machines[machine])
+        return hit
+
+    def machine_class(self, machine: str) -> int:
+        """A number standing for :meth:`machine_signature` (equal for equal signatures)."""
+        memo = self._topo_memo
+        hit = memo.machine_class.get(machine)
+        if hit is None:
+            sig = self.machine_signature(machine)
+            # a fresh number each try (atomic), so racing threads never share one by mistake
+            hit = memo.classes.setdefault(sig, next(memo.numbers))
+            memo.machine_class[machine] = hit
         return hit
 
     def _signature(self, machine: str, idx: list[int]) -> tuple[object, ...]:
         if not machine:
-            return ("", id(self))
+            return ("",)  # the one machine of a single-machine topology
         g = self.topology.graph
+        memo = self._topo_memo
+        if memo.machine_nodes is None:  # one pass over the graph for all machines
+            by_machine: dict[str, list[str]] = {}
+            for n, m in g.nodes(data="machine"):
+                by_machine.setdefault(str(m), []).append(n)
+            memo.machine_nodes = by_machine
+        nodes = memo.machine_nodes.get(machine, [])
         pre = f"{machine}/"
 
         def strip(n: str) -> str:
             return n[len(pre):] if n.startswith(pre) else "~"
 
-        nodes = [n for n, d in g.nodes(data=True) if d.get("machine") == machine]
+        vertices = sorted(
+            (strip(n), str(g.nodes[n].get("kind")),
+             str(g.nodes[n].get("gpu_id", "")).split(":", 1)[-1])
+            for n in nodes
+        )
         edges = sorted(
             (min(strip(u), strip(v)), max(strip(u), strip(v)), str(d.get("kind")),
              float(d.get("bandwidth", 0.0)), d.get("links"))
             for u, v, d in g.edges(nodes, data=True)
         )
         local_ids = tuple(self.gpus[i].split(":", 1)[-1] for i in idx)
-        return (len(idx), local_ids, tuple(edges))
+        return (len(idx), local_ids, tuple(edges), tuple(vertices))
 
     def can_pair(self, i: int, k: int) -> bool:
         """Whether instances ``i`` and ``k`` may share a GPU (no forbidden type pair)."""
@@ -373,6 +438,24 @@ class Problem:
             return False
         t = self.inst_type[i]
         return all(self._share_ok(t, self.inst_type[k]) for k in occ)
+
+    def hosts(self, st: State, i: int) -> list[int]:
+        """Every GPU index ``g`` with :meth:`can_host` ``(st, i, g)``, in index order.
+
+        One pass over the GPUs with the checks inlined, :math:`O(g + t)` for :math:`g` GPUs
+        and :math:`t` job types: the type-pair rule is asked once per job type (not at all
+        when every pair may share), not once per co-runner.
+        """
+        cap, res, occs = self.max_per_gpu, self.reserved, st.occ
+        free = [g for g, occ in enumerate(occs) if len(occ) + res[g] < cap and i not in occ]
+        if self._share_any:
+            return free
+        t = self.inst_type[i]
+        barred = {u for u in range(len(self.types)) if not self._share_ok(t, u)}
+        if not barred:
+            return free
+        type_of = self.inst_type.__getitem__
+        return [g for g in free if barred.isdisjoint(map(type_of, occs[g]))]
 
     # --------------------------------------------------------------- states
     def empty_state(self) -> State:
@@ -598,30 +681,43 @@ class Problem:
         return 1.0 / ((1.0 - share) + share * max(t / best, 1.0))
 
     def comm_cost(self, gpus: Sequence[int]) -> float:
-        """All-reduce time of the cheapest ring through ``gpus`` (memoised)."""
+        """All-reduce time of the cheapest ring through ``gpus``.
+
+        Memoised per topology, across problems (:class:`_TopologyMemo`): :func:`comm_time`
+        reads nothing but the topology and the GPU set (no job parameter), so the memo is
+        exact. Sets inside one machine are keyed by the machine's signature and the GPUs'
+        local positions (identical machines share their rings' costs); other sets by their
+        GPU indices.
+        """
         key = tuple(sorted(gpus))
         machines = {self.machine_of[g] for g in key}
-        ckey: tuple[object, ...] = key
-        if len(machines) == 1:  # identical machines share their rings' costs
+        ckey: tuple[object, ...] = ("gpus", key)
+        if len(machines) == 1:
             m = machines.pop()
             local = tuple(self._local_pos[g] for g in key)
-            ckey = (self.machine_signature(m), local)
-        hit = self._comm_cache.get(ckey)
+            ckey = ("machine", self.machine_class(m), local)
+        memo = self._topo_memo.comm
+        hit = memo.get(ckey)
         if hit is None:
             hit = comm_time(self.topology, [self.gpus[g] for g in key])
-            self._comm_cache[ckey] = hit
+            if len(memo) >= _COMM_MEMO_SIZE:
+                memo.clear()  # bounded: a long simulation tries many cross-machine sets
+            memo[ckey] = hit
         return hit
 
     def best_comm_cost(self, n: int) -> float:
-        """:math:`T^*`: the all-reduce time on the best ``n``-GPU set of the topology."""
-        if n not in self._comm_best:
+        """:math:`T^*`: the all-reduce time on the best ``n``-GPU set of the topology
+        (memoised per topology)."""
+        memo = self._topo_memo.best_comm
+        hit = memo.get(n)
+        if hit is None:
             first = self.machines[next(iter(self.machines))]
             if n <= len(first):
-                best = min(self.comm_cost(c) for c in itertools.combinations(first, n))
+                hit = min(self.comm_cost(c) for c in itertools.combinations(first, n))
             else:
-                best = self.comm_cost(list(range(n)))
-            self._comm_best[n] = best
-        return self._comm_best[n]
+                hit = self.comm_cost(list(range(n)))
+            memo[n] = hit
+        return hit
 
     def mean(self, handle: int) -> float:
         """Posterior mean speed behind a memo row."""
@@ -799,9 +895,7 @@ class Problem:
                 seen_local.add(local)
                 out.append(g)
             return out
-        for g in range(len(self.gpus)):
-            if not self.can_host(st, i, g):
-                continue
+        for g in self.hosts(st, i):
             sig = (
                 tuple(sorted(t[k] for k in st.occ[g])),
                 tuple((m, tuple(sorted(t[k] for k in st.occ[h]))) for h, m in self.nbrs[g]),
@@ -840,7 +934,7 @@ class Problem:
             sig = (
                 len(idx),
                 tuple(holds(g) for g in idx),
-                self.machine_signature(self.machine_of[idx[0]]) if len(self.machines) > 1 else None,
+                self.machine_class(self.machine_of[idx[0]]) if len(self.machines) > 1 else None,
             )
             if sig in seen:
                 continue

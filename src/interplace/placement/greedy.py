@@ -51,8 +51,17 @@ def repair(problem: Problem, st: State) -> None:
     A job placed early can block a later one: a GPU's only free slot sits next to a job the
     later one may not share with. For each pending job, every move of one blocking new job to
     another GPU that frees a slot is tried, and the best (by objective) is taken.
+
+    Complexity: a blocker can only move to a GPU with a free slot, so only those are tried
+    (their index is rebuilt after each repair that moves jobs), and once no GPU has a free
+    slot nothing can move: the pass stops. With :math:`p` pending jobs, :math:`G` GPUs,
+    :math:`b` GPUs blocked for a pending job by one job and :math:`f` GPUs with a free slot,
+    :math:`O(p (G + b f))` share checks, not :math:`O(p b G)`.
     """
+    free = _free_gpus(problem, st)
     for i in problem.new_instances():
+        if not free:
+            break  # no free slot anywhere: no job can be placed or moved, now or later
         if st.where[i] is not None or problem.jobs[i].gpus != 1:
             continue
         best: dict[int, tuple[int, ...] | None] | None = None
@@ -72,7 +81,7 @@ def repair(problem: Problem, st: State) -> None:
             k = blockers[0]
             if k < problem.n_running or problem.jobs[k].gpus != 1:
                 continue
-            for h in range(len(problem.gpus)):
+            for h in free:  # can_host needs a free slot: the other GPUs cannot take k
                 if h != g and problem.can_host(st, k, h):
                     moves: dict[int, tuple[int, ...] | None] = {k: (h,), i: (g,)}
                     gain = problem.move_gain(st, moves)
@@ -82,3 +91,10 @@ def repair(problem: Problem, st: State) -> None:
             best = None  # placing it would not pay: it waits
         if best is not None:
             problem.apply(st, best)
+            free = _free_gpus(problem, st)
+
+
+def _free_gpus(problem: Problem, st: State) -> list[int]:
+    """GPU indices with a free slot (jobs and reserved slots below ``max_per_gpu``), in order."""
+    cap = problem.max_per_gpu
+    return [h for h, occ in enumerate(st.occ) if len(occ) + problem.reserved[h] < cap]

@@ -81,12 +81,16 @@ def lucid(
         def load(g: int) -> int:
             return sum(cls[t[k]] for k in st.occ[g])
 
-        def ok(g: int, i: int = i, ci: int = ci) -> bool:
-            return problem.can_host(st, i, g) and all(ci + cls[t[k]] <= 2 for k in st.occ[g])
+        def fits(g: int, ci: int = ci) -> bool:  # the classes on g stay within budget
+            return all(ci + cls[t[k]] <= 2 for k in st.occ[g])
+
+        def ok(g: int, i: int = i) -> bool:
+            return problem.can_host(st, i, g) and fits(g)
 
         if n == 1:
-            idle = [g for g in range(len(problem.gpus)) if not problem.taken(st, g) and ok(g)]
-            options = idle or [g for g in range(len(problem.gpus)) if ok(g)]
+            hosts = [g for g in problem.hosts(st, i) if fits(g)]
+            idle = [g for g in hosts if not problem.taken(st, g)]
+            options = idle or hosts
             if options:
                 g = min(options, key=lambda g: (load(g), problem.taken(st, g), g))
                 problem.assign(st, i, (g,))

@@ -21,7 +21,7 @@ def pack(problem: Problem, *, seed: int = 0) -> State:
     for i in problem.order():
         n = problem.jobs[i].gpus
         if n == 1:
-            options = [g for g in range(len(problem.gpus)) if problem.can_host(st, i, g)]
+            options = problem.hosts(st, i)
             if options:
                 g = min(options, key=lambda g: (cap - problem.taken(st, g), g))
                 problem.assign(st, i, (g,))

@@ -23,7 +23,7 @@ def random_policy(problem: Problem, *, seed: int = 0) -> State:
         n = problem.jobs[i].gpus
         options: list[tuple[int, ...]]
         if n == 1:
-            options = [(g,) for g in range(len(problem.gpus)) if problem.can_host(st, i, g)]
+            options = [(g,) for g in problem.hosts(st, i)]
         else:
             options = []
             for idx in problem.machines.values():

@@ -18,15 +18,16 @@ def spread(problem: Problem, *, seed: int = 0) -> State:
     del seed
     st = problem.empty_state()
 
-    def machine_load(g: int) -> int:
-        return sum(problem.taken(st, h) for h in problem.machines[problem.machine_of[g]])
-
     for i in problem.order():
         n = problem.jobs[i].gpus
         if n == 1:
-            options = [g for g in range(len(problem.gpus)) if problem.can_host(st, i, g)]
+            options = problem.hosts(st, i)
             if options:
-                g = min(options, key=lambda g: (problem.taken(st, g), machine_load(g), g))
+                machine_load = {  # once per job, not once per candidate GPU
+                    m: sum(problem.taken(st, h) for h in idx) for m, idx in problem.machines.items()
+                }
+                of = problem.machine_of
+                g = min(options, key=lambda g: (problem.taken(st, g), machine_load[of[g]], g))
                 problem.assign(st, i, (g,))
             continue
         best: tuple[int, ...] | None = None

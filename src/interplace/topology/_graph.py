@@ -251,6 +251,9 @@ class Topology:
                 raise InputError(f"topology {name!r}: machine {m or '(single)'} has {count} "
                                  f"NUMA nodes but no {node!r} vertex linking them")
         self._machine_of: dict[str, str] = {n: str(m) for n, m in g.nodes(data="machine")}
+        self._machine_nics: dict[str, list[str]] = {}  # each machine's NICs, in NIC order
+        for n in self._nic_ids:
+            self._machine_nics.setdefault(self._machine_of[n], []).append(n)
         self._nearest_nic: dict[str, str | None] = {}
         self._routes: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}
 
@@ -421,10 +424,14 @@ class Topology:
         return self._node(x)
 
     def nearest_nic(self, gpu_id: str) -> str | None:
-        """NIC vertex closest to a GPU over PCIe (ties broken by NIC order), None if none."""
+        """NIC vertex closest to a GPU over PCIe (ties broken by NIC order), None if none.
+
+        Only the GPU's own machine's NICs are compared (memoised per GPU): :math:`O(k)` for
+        :math:`k` NICs per machine, whatever the cluster's size.
+        """
         n = self._node(gpu_id)
         if n not in self._nearest_nic:
-            mine = [c for c in self._nic_ids if self._machine(c) == self._machine(n)]
+            mine = self._machine_nics.get(self._machine(n), [])
             rank = {c: i for i, c in enumerate(CONNECTION_ORDER)}
             self._nearest_nic[n] = min(
                 mine, key=lambda c: (rank[self._pcie_class(n, c)], natural_key(c)), default=None
