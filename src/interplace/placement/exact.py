@@ -14,27 +14,74 @@ one exists places the most jobs (forbidden pairs can strand some), and its maxim
 the best objective (networkx's blossom algorithm, :math:`O(V^3)` per :math:`q`).
 
 *Branch and bound* otherwise: depth-first over the new jobs (gangs first), each either on one
-of its candidate GPU classes (interchangeable GPUs tried once: GPUs that hold the same job
-types, and, for a gang, GPU sets with the same ring cost whose GPUs hold the same job types;
-exact when GPUs of equal standing are symmetric in the topology, as in every built-in) or
-pending; the incumbent starts
-at ``local-search``'s answer; a branch is cut when it cannot place more jobs than the incumbent
-or, placing as many, its bound cannot beat it. Because a co-runner never raises a job's speed
-(the model guarantees it), the bound is the objective of the jobs already placed, as they run
-now, with every unplaced job at its speed alone. A source that cannot promise that
-(:func:`~interplace.placement._problem.never_faster`: measured speeds with pairs above a job's
-speed alone, or measured pairs over a model) gets no bound: the search is exhaustive, cut
-only by the count of jobs placed (``info["exact_bound"]`` says which). Placing more jobs comes
-first, then the objective. The search stops after ``node_budget`` nodes and returns the best
-placement found, with ``info["exact"] = False``: then the answer is not proven optimal.
+of its candidate GPU classes or pending. Interchangeable GPUs are tried once: for a single-GPU
+job, GPUs that, with each of their neighbours, hold the same reserved slots, the same job types
+and the same multi-GPU instances (joining a gang's GPU lowers that gang's speed, not a single
+job's); for a gang, GPU sets with the same ring cost whose GPUs hold the same job types
+(:meth:`~interplace.placement._problem.Problem.candidates`). That is exact when GPUs of equal
+standing are symmetric in the topology, as in every built-in. The incumbent starts at
+``local-search``'s answer; a branch is cut when it cannot place more jobs than the incumbent or,
+placing as many (so every remaining job :math:`j \in R` must be placed), an upper bound on its
+objective cannot beat it.
+
+*The bounds.* Both need a source under which a co-runner never raises a speed, draw by draw:
+more co-runners, or more resources shared with one, only lower every draw of a job's speed
+(the fitted model guarantees it; :func:`~interplace.placement._problem.never_faster`). A
+source that cannot promise that (measured speeds with pairs above a job's speed alone, or
+measured pairs over a model) gets none: the search is exhaustive, cut only by the count of
+jobs placed (``info["exact_bound"]`` says which). A gang's speed is its slowest GPU's times
+its communication factor :math:`\phi \le 1`, so it is monotone too.
+
+The cheap bound scores the jobs already placed as they run now and every :math:`j \in R` at
+its speed alone. When it cannot cut, the tight bound (:func:`tight_bound`) is tried. With
+:math:`f_g` the free slots of GPU :math:`g` now, :math:`n_j` the GPUs of job :math:`j` and
+:math:`H_j` the GPUs that can take :math:`j` now (a slot, no forbidden pair: a superset of
+where it can ever go), a completion leaves exactly :math:`E = \sum_g f_g - \sum_{j \in R} n_j`
+slots empty (:math:`E < 0`, or some :math:`|H_j| < n_j`: no completion places all, the bound
+is :math:`-\infty`). Wherever :math:`j` lands, a job on :math:`g` shares with it at least
+:math:`\mu_j(g) = \bigcap_{h \in H_j} c(g, h)`, where :math:`c(g, g)` is every resource and
+:math:`c(g, h)` what GPUs :math:`g` and :math:`h` share (:math:`\emptyset` for none). The
+speed of a job :math:`k` on GPU :math:`g` is then at most :math:`u_{k,g}`: its speed with
+the co-runners it has now plus every :math:`j \in R \setminus \{k\}` sharing
+:math:`\mu_j(g)`; and if more than :math:`E` slots of :math:`g` stay free besides :math:`k`
+(:math:`f_g > E` for a placed :math:`k`, :math:`f_g - 1 > E` for :math:`k` tried on
+:math:`g`), one of those :math:`j` that :math:`g` can take (and may share with :math:`k`)
+lands on :math:`g`: :math:`u_{k,g}` is the largest, over them, of that speed with that
+:math:`j` sharing every resource. A placed job :math:`k` on GPUs :math:`G_k` runs at most at
+:math:`u_k = \phi_k \min_{g \in G_k} u_{k,g}`; a job :math:`j \in R` at most at
+:math:`u_j = \max_L \phi_j(L) \min_{g \in L} u_{j,g}` over every GPU it can take now (a
+single job) or every candidate set (a gang; a gang larger than a machine: its speed alone).
+With ``sum`` the bound is :math:`\sum_k \bar u_k + \sum_{j \in R} \bar u_j`, each
+:math:`\bar u` computed as above on posterior means (the largest mean over the cases is at
+least the mean of the case that happens, and the mean of a gang's per-draw minimum is at most
+each GPU's mean); with
+``max-min`` and ``risk-averse``, :math:`u` is computed draw by draw and the bound is the
+objective of those draws (the mean of the per-draw minimum, the 10% quantile of the per-draw
+sum: both only grow when every draw does). Every final speed is at most its :math:`u` because
+the final co-runners of each job contain those :math:`u` assumed, sharing at least as much.
+
+Placing more jobs comes first, then the objective. ``info["nodes"]`` counts the nodes,
+``info["exact_tight_cuts"]`` the branches the tight bound cut. The search stops after
+``node_budget`` nodes and returns the best placement found, with ``info["exact"] = False``:
+then the answer is not proven optimal.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import networkx as nx
 import torch
 
-from interplace.placement._problem import RISK_QUANTILE, Problem, State, never_faster
+from interplace.placement._problem import (
+    _FULL,
+    RISK_QUANTILE,
+    Key,
+    Problem,
+    State,
+    never_faster,
+)
 from interplace.placement.local_search import local_search
 
 __all__ = ["NODE_BUDGET", "exact"]
@@ -157,8 +204,6 @@ def _pending(node: object) -> bool:
 
 def _pair_means(problem: Problem, instances: list[int]) -> dict[tuple[int, int], float]:
     """Summed mean speed of each pair on one GPU, from the memo (no free GPU to borrow)."""
-    from interplace.placement._problem import _FULL, Key
-
     t = problem.inst_type
     keys = {(t[a], ((t[b], _FULL),)) for a in instances for b in instances
             if problem.can_pair(a, b)}
@@ -184,8 +229,9 @@ def _branch_and_bound(problem: Problem, seed: int, node_budget: int) -> State:
     alone = {i: problem.alone_handle(i) for i in order}
     use_bound = never_faster(problem.source)
     problem.info["exact_bound"] = use_bound
-    nodes = 0
+    nodes = tight_cuts = 0
     st = problem.empty_state()
+    contrib = _contributions(problem)
 
     def bound(pos: int) -> float:
         rest = [alone[i] for i in order[pos:]]
@@ -201,7 +247,7 @@ def _branch_and_bound(problem: Problem, seed: int, node_budget: int) -> State:
         return float(torch.quantile(per_draw, RISK_QUANTILE))
 
     def dfs(pos: int, placed: int) -> None:
-        nonlocal nodes
+        nonlocal nodes, tight_cuts
         nodes += 1
         if nodes > node_budget:
             raise _Budget
@@ -215,10 +261,14 @@ def _branch_and_bound(problem: Problem, seed: int, node_budget: int) -> State:
             if placed > best_placed or value > best_value + 1e-12:
                 best.update(state=st.copy(), placed=placed, value=value)
             return
-        if use_bound and placed + remaining == best_placed and bound(pos) <= best_value + 1e-12:
-            return
+        if use_bound and placed + remaining == best_placed:
+            if bound(pos) <= best_value + 1e-12:
+                return
+            if tight_bound(problem, st, order[pos:], contrib) <= best_value + 1e-12:
+                tight_cuts += 1
+                return
         i = order[pos]
-        options = problem.candidates(st, i, exhaustive=True)
+        options = _options(problem, st, i)
         problem.prefetch(st, ({i: gpus} for gpus in options))
         scored = sorted(options, key=lambda gpus: -problem.gain(st, i, gpus))
         for gpus in scored:
@@ -233,10 +283,166 @@ def _branch_and_bound(problem: Problem, seed: int, node_budget: int) -> State:
     except _Budget:
         problem.info["exact"] = False
     problem.info["nodes"] = nodes
+    problem.info["exact_tight_cuts"] = tight_cuts
     state = best["state"]
     assert isinstance(state, State)
     return state
 
 
+def _options(problem: Problem, st: State, i: int) -> list[tuple[int, ...]]:
+    """The GPUs the search tries for instance ``i``: a gang's candidate sets
+    (:meth:`~interplace.placement._problem.Problem.candidates`, exhaustive), or one GPU per
+    class of interchangeable GPUs for a single-GPU job.
+
+    Stricter than :meth:`~interplace.placement._problem.Problem.single_candidates`: two GPUs
+    are interchangeable when they and their neighbours hold the same reserved slots and job
+    types and the same multi-GPU instances (joining a gang's GPU changes that gang's speed,
+    its slowest GPU, not that of a single job of its type), not the same job types alone.
+    """
+    if problem.jobs[i].gpus > 1:
+        return problem.candidates(st, i, exhaustive=True)
+    t, where, res = problem.inst_type, st.where, problem.reserved
+
+    def holds(g: int) -> tuple[object, ...]:
+        gangs = tuple(sorted(k for k in st.occ[g] if len(where[k] or ()) > 1))
+        return (res[g], tuple(sorted(t[k] for k in st.occ[g])), gangs)
+
+    seen: set[tuple[object, ...]] = set()
+    out: list[tuple[int, ...]] = []
+    for g in problem.hosts(st, i):
+        sig = (holds(g), tuple((m, holds(h)) for h, m in problem.nbrs[g]))
+        if sig not in seen:
+            seen.add(sig)
+            out.append((g,))
+    return out
+
+
 def _placed(problem: Problem, st: State) -> int:
     return sum(1 for i in problem.new_instances() if st.where[i] is not None)
+
+
+def _contributions(problem: Problem) -> list[list[int]]:
+    """``c[g][h]``: the share mask a job on GPU ``h`` is a co-runner with, for a job on ``g``
+    (every resource on ``g`` itself, the shared ones on a neighbour, 0 elsewhere)."""
+    n = len(problem.gpus)
+    c = [[0] * n for _ in range(n)]
+    for g in range(n):
+        c[g][g] = _FULL
+        for h, m in problem.nbrs[g]:
+            c[g][h] |= m
+    return c
+
+
+def tight_bound(
+    problem: Problem, st: State, rest: Sequence[int], contrib: list[list[int]]
+) -> float:
+    """An upper bound on the objective of every completion of ``st`` that places every
+    instance of ``rest`` (the module docstring's tight bound); ``-inf`` when none can.
+
+    Valid only when no co-runner, and no resource shared with one, raises a speed in any
+    draw (:func:`~interplace.placement._problem.never_faster`). ``st`` is left unchanged;
+    the queries it asks are memoised like any other.
+    """
+    cap, t, jobs = problem.max_per_gpu, problem.inst_type, problem.jobs
+    n_gpus = len(st.occ)
+    free = [max(0, cap - problem.reserved[g] - len(occ)) for g, occ in enumerate(st.occ)]
+    spare = sum(free) - sum(jobs[j].gpus for j in rest)  # slots left empty at the end
+    if spare < 0:
+        return -math.inf
+    hosts = {j: problem.hosts(st, j) for j in rest}
+    if any(len(hosts[j]) < jobs[j].gpus for j in rest):
+        return -math.inf
+    # least[j][g]: the least share mask instance j will have with a job on GPU g, wherever
+    # it lands (the intersection over every GPU that can still take it).
+    extra: list[list[tuple[int, int, int]]] = [[] for _ in range(n_gpus)]
+    for j in rest:
+        hs = hosts[j]
+        for g in range(n_gpus):
+            row = contrib[g]
+            m = _FULL
+            for h in hs:
+                m &= row[h]
+                if not m:
+                    break
+            if m:
+                extra[g].append((j, t[j], m))
+
+    def key_on(i: int, g: int, filler: int | None) -> Key:
+        base = problem.key(st, i, g)[1] if st.where[i] is not None else problem._key(st, i, g)[1]
+        co = [*base]
+        for j, tj, m in extra[g]:
+            if j != i:
+                co.append((tj, _FULL if j == filler else m))
+        if filler is not None and all(j != filler for j, _, _ in extra[g]):
+            co.append((t[filler], _FULL))
+        return (t[i], tuple(sorted(co)))
+
+    def gpu_keys(i: int, g: int, left: int) -> list[Key]:
+        # ``left`` free slots of g stay besides i; more than ``spare`` of them: one more
+        # instance of ``rest`` lands on g, next to i with every resource.
+        if left > spare:
+            ok = [f for f in rest if f != i and problem.can_host(st, f, g)
+                  and (st.where[i] is not None or problem.can_pair(i, f))]
+            if ok:
+                return list(dict.fromkeys(key_on(i, g, f) for f in ok))
+        return [key_on(i, g, None)]
+
+    # plans[i]: the alternatives (factor, keys per GPU) of instance i
+    plans: list[list[tuple[float, list[list[Key]]]]] = []
+    for i, where in enumerate(st.where):
+        if where is None or st.handle[i] < 0:
+            continue
+        factor = problem.comm_factor(i, where) if len(where) > 1 else 1.0
+        plans.append([(factor, [gpu_keys(i, g, free[g]) for g in where])])
+    for i in rest:
+        alts: list[tuple[float, list[list[Key]]]] = []
+        if jobs[i].gpus == 1:
+            seen: set[tuple[Key, ...]] = set()
+            for g in hosts[i]:
+                ks = gpu_keys(i, g, free[g] - 1)
+                sig = tuple(ks)
+                if sig not in seen:
+                    seen.add(sig)
+                    alts.append((1.0, [ks]))
+        elif jobs[i].gpus <= problem.machine_size:
+            for gpus in problem.candidates(st, i, exhaustive=True):
+                alts.append((problem.comm_factor(i, gpus),
+                             [gpu_keys(i, g, free[g] - 1) for g in gpus]))
+        else:  # whole machines: its speed alone
+            alts.append((1.0, [[(t[i], ())]]))
+        if not alts:
+            return -math.inf
+        plans.append(alts)
+    memo = problem.cache.memo
+    missing = {k: None for alts in plans for _, per in alts for ks in per for k in ks
+               if k not in memo}
+    if missing:
+        problem._answer(list(missing))
+    if problem.objective == "sum":
+        total = 0.0
+        for alts in plans:
+            total += max(
+                f * min(max(problem.mean(memo[k]) for k in ks) for ks in per) for f, per in alts
+            )
+        return total
+    vecs = []
+    for alts in plans:
+        best = None
+        for f, per in alts:
+            v = None
+            for ks in per:
+                w = problem.draws(memo[ks[0]])
+                for k in ks[1:]:
+                    w = torch.maximum(w, problem.draws(memo[k]))
+                v = w if v is None else torch.minimum(v, w)
+            assert v is not None
+            v = v * f
+            best = v if best is None else torch.maximum(best, v)
+        assert best is not None
+        vecs.append(best)
+    if not vecs:
+        return 0.0
+    stacked = torch.stack(vecs)
+    if problem.objective == "max-min":
+        return float(stacked.min(0).values.mean())
+    return float(torch.quantile(stacked.sum(0), RISK_QUANTILE))
