@@ -360,3 +360,14 @@ def test_a_table_written_with_spaces_after_its_commas_reads_as_without(tmp_path:
     q = tmp_path / "aligned.csv"
     q.write_text("run_id ,job ,throughput\na  ,x  ,2\nb  ,y  ,1\np  ,x  ,1\np  ,y\t,0.5\n")
     pd.testing.assert_frame_equal(read_runs(q), runs)
+
+
+def test_an_isolated_mean_near_the_float_maximum_does_not_overflow() -> None:
+    # Two solo runs of 1.7e308 summed to inf: speeds of 0.0 and a fit error that named
+    # neither the data set nor the cause.
+    runs = pd.DataFrame({"run_id": ["a", "b", "p", "p"], "job": ["x", "x", "x", "y"],
+                         "throughput": [1.7e308, 1.7e308, 0.85e308, 1.0]})
+    runs = pd.concat([runs, pd.DataFrame({"run_id": ["c"], "job": ["y"], "throughput": [2.0]})])
+    data = CoLocationData(runs.reset_index(drop=True), None, "huge")
+    assert data.isolated_throughput().to_dict() == pytest.approx({"x": 1.7e308, "y": 2.0})
+    assert data.pairs()["speed"].tolist() == pytest.approx([0.5, 0.5])

@@ -318,7 +318,14 @@ class CoLocationData:
         size = runs.groupby("run_id", sort=False)["job"].transform("size")
         alone = runs.loc[size == 1]
         tput = pd.Series(_as_float(alone, "throughput", self.name, "runs"), index=alone.index)
-        out = tput.groupby(alone["job"].astype(str)).mean()
+        jobs = alone["job"].astype(str)
+        with np.errstate(over="ignore"):  # an overflow is caught below
+            out = tput.groupby(jobs).mean()
+        if len(out) and not np.isfinite(out.to_numpy()).all():
+            # Throughputs near the float maximum (finite, validated) overflow their sum: the
+            # mean on a scale of 1, scaled back.
+            top = float(tput.abs().max())
+            out = (tput / top).groupby(jobs).mean() * top
         out.index.name = "job"
         return out.rename("isolated")
 
