@@ -279,12 +279,22 @@ def measured_cells(obs: Observations, n_jobs: int) -> tuple[_IntArray, _FloatArr
     >>> flat.tolist(), n.tolist()
     ([1, 2], [2, 1])
     """
+    cells, mean, counts, _ = _cell_groups(obs, n_jobs)
+    return cells, mean, counts
+
+
+def _cell_groups(
+    obs: Observations, n_jobs: int
+) -> tuple[_IntArray, _FloatArray, _IntArray, float]:
+    """:func:`measured_cells`' three arrays and the sum of squares of every measured log
+    speed about its pair's mean (:func:`measurement_noise`)."""
     flat, y = _measured_rows(obs, n_jobs)
     if flat.size == 0:
-        return flat, y, flat
+        return flat, y, flat, 0.0
     cells, inverse, counts = np.unique(flat, return_inverse=True, return_counts=True)
     mean = np.bincount(inverse, weights=y) / counts
-    return cells.astype(np.int64), mean.astype(float), counts.astype(np.int64)
+    squares = float(((y - mean[inverse]) ** 2).sum())
+    return cells.astype(np.int64), mean.astype(float), counts.astype(np.int64), squares
 
 
 NOISE_PRIOR_DF = 10.0
@@ -316,12 +326,9 @@ def measurement_noise(obs: Observations, n_jobs: int, prior: float) -> tuple[flo
     >>> df, round(sigma, 4), round(((10 * 0.02**2 + 4 * 0.2**2) / 13) ** 0.5, 4)
     (3, 0.1123, 0.1123)
     """
-    flat, y = _measured_rows(obs, n_jobs)
-    if flat.size == 0:
+    _, _, counts, squares = _cell_groups(obs, n_jobs)
+    if counts.size == 0:
         return float(prior), 0
-    _, inverse, counts = np.unique(flat, return_inverse=True, return_counts=True)
-    mean = np.bincount(inverse, weights=y) / counts
-    squares = float(((y - mean[inverse]) ** 2).sum())
     df = int((counts - 1).sum())
     pooled = (NOISE_PRIOR_DF * prior**2 + squares) / (NOISE_PRIOR_DF + df)
     return math.sqrt(max(prior**2, pooled)), df

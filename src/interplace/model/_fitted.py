@@ -441,11 +441,13 @@ class InterferenceModel:
         if batch_size is None:
             fit_in = max(1, _BATCH_DRAW_QUERIES // num_samples)
             batch_size = min(_BATCH_QUERIES, 1 << (fit_in.bit_length() - 1))
-        chunks, extra = [], []
-        for lo in range(0, max(len(qs), 1), batch_size):
+        # The answer is written batch by batch into its two (S, Q) tensors: a call holds them
+        # (16 bytes a draw-query pair) and one batch's intermediates, not every batch's log
+        # speeds, noise and their sums beside them (four times as much before).
+        speed = torch.empty(num_samples, len(qs), dtype=torch.float64)
+        measured = torch.empty(num_samples, len(qs), dtype=torch.float64)
+        for lo in range(0, len(qs), batch_size):
             part = qs[lo : lo + batch_size]
-            if not part:
-                break
             job, co, share = self._encode(part)
             share = share.to(torch.float64)
             ls = log_speed(
@@ -454,15 +456,12 @@ class InterferenceModel:
             )
             # Speeds are relative to the job's recorded isolated throughput: beta_j where a
             # co-runner shares the GPU, only its part above 0 elsewhere (reference_level).
-            chunks.append(ls + reference_level(d["iso_bias"], job, share))
-            if spread is not None:
-                extra.append(cell_sum(spread, job, co, share))
-        if not chunks:
-            empty = torch.zeros(num_samples, 0, dtype=torch.float64)
-            return SpeedPosterior(empty, empty)
-        log_v = torch.cat(chunks, dim=1)
-        new = noise if not extra else noise + torch.cat(extra, dim=1)
-        return SpeedPosterior(log_v.exp(), (log_v + new).exp())
+            log_v = ls + reference_level(d["iso_bias"], job, share)
+            new = noise if spread is None else noise + cell_sum(spread, job, co, share)
+            hi = lo + len(part)
+            torch.exp(log_v, out=speed[:, lo:hi])
+            torch.exp(log_v + new, out=measured[:, lo:hi])
+        return SpeedPosterior(speed, measured)
 
     def _prepare(self, num_samples: int, seed: int) -> _Prepared:
         """What every query of one ``(num_samples, seed)`` shares: the posterior draws, each
