@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 
 import pytest
 
@@ -142,6 +143,45 @@ def test_cache_reuse_is_exact(small_model: InterferenceModel) -> None:
     assert len(cache) == n and a.objective == b.objective == c.objective
     with pytest.raises(InputError, match="another model, seed"):
         place(topo, small_model, jobs, num_samples=64, seed=4, cache=cache)
+
+
+def test_threads_share_one_cache(small_model: InterferenceModel) -> None:
+    # The Kubernetes extender places from several threads with one cache. An answer's row is
+    # its position in the cache's lists, so filing it must be one thread's at a time: with
+    # the cache's lock held elsewhere, a placement that needs new answers waits for it.
+    topo = builtin("dgx-a100")
+    cache = SpeedCache(small_model, num_samples=32, seed=1)
+    asks = [[Job(f"j{k}", small_model.jobs[(k + s) % 4], 2 if k == 0 else 1)
+             for k in range(5 + s)] for s in range(4)]
+    done: list[float] = []
+
+    def run(jobs: list[Job]) -> None:
+        done.append(place(topo, small_model, jobs, num_samples=32, seed=1,
+                          cache=cache).objective)
+
+    with cache.lock:
+        t = threading.Thread(target=run, args=(asks[0],))
+        t.start()
+        t.join(0.5)
+        assert t.is_alive() and not done  # waiting to file its answers
+    t.join(60)
+    assert done
+    threads = [threading.Thread(target=run, args=(jobs,)) for jobs in asks[1:]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    # Every filed answer is the one a cache of its own gives, at a row of its own.
+    alone = SpeedCache(small_model, num_samples=32, seed=1)
+    for jobs in asks:
+        place(topo, small_model, jobs, num_samples=32, seed=1, cache=alone)
+    assert set(cache.memo) == set(alone.memo) and set(cache.gang_memo) == set(alone.gang_memo)
+    for key, row in cache.memo.items():
+        assert cache.vec[row].equal(alone.vec[alone.memo[key]])
+    for gkey, row in cache.gang_memo.items():
+        assert cache.mean[row] == alone.mean[alone.gang_memo[gkey]]
+    rows = sorted([*cache.memo.values(), *cache.gang_memo.values()])
+    assert rows == list(range(len(cache.vec))) and len(cache.meas) == len(cache.mean) == len(rows)
 
 
 def test_same_seed_same_placement(small_model: InterferenceModel) -> None:

@@ -466,7 +466,7 @@ class _Lock:
         self.inner.release()
 
 
-def test_the_prioritize_deadline_runs_from_when_it_holds_the_book(
+def test_the_prioritize_deadline_runs_from_the_calls_arrival(
     served: tuple[Any, list[str]], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     model, jobs = served
@@ -486,5 +486,113 @@ def test_the_prioritize_deadline_runs_from_when_it_holds_the_book(
     finally:
         lock.inner.release()
     t.join(30)
-    assert out == [[{"Host": "n1", "Score": 10}]]  # scored, not neutral
+    # The wait counted: neutral at once, not a second deadline's worth of scoring.
+    assert out == [[{"Host": "n1", "Score": NEUTRAL_SCORE}]]
     assert NEUTRAL_SCORE != 10
+
+
+class _Gate:
+    """Holds the first ``place`` call of each thread it is armed for until released, and
+    says when that call has started; other threads' calls (a bind's) pass."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.real = extender_module.place
+        self.armed: dict[int, tuple[threading.Event, threading.Event]] = {}
+        monkeypatch.setattr(extender_module, "place", self)
+
+    def arm(self) -> tuple[threading.Event, threading.Event]:
+        """For the calling thread: (entered, release)."""
+        events = (threading.Event(), threading.Event())
+        self.armed[threading.get_ident()] = events
+        return events
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        events = self.armed.pop(threading.get_ident(), None)
+        if events is not None:
+            events[0].set()
+            assert events[1].wait(30)
+        return self.real(*args, **kwargs)
+
+
+def test_a_bind_completes_while_a_prioritize_is_scoring(
+    served: tuple[Any, list[str]], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model, jobs = served
+    ext, _ = make(model, ["n1"], max_per_gpu=MAX, deadline_s=600)
+    ext.restore(one_slot_left(jobs))
+    a, b = pod("a", jobs[0], 1), pod("b", jobs[1], 1)
+    ext.remember(a)
+    ext.remember(b)
+    gate = _Gate(monkeypatch)
+    armed: list[tuple[threading.Event, threading.Event]] = []
+    ready = threading.Event()
+    out: list[list[dict[str, Any]]] = []
+
+    def scorer() -> None:
+        armed.append(gate.arm())
+        ready.set()
+        out.append(ext.prioritize({"Pod": pod("p", jobs[2], 1), "NodeNames": ["n1"]}))
+
+    t = threading.Thread(target=scorer)
+    t.start()
+    assert ready.wait(30)
+    entered, release = armed[0]
+    try:
+        assert entered.wait(30)  # scoring n1 (it has one free slot in its snapshot) ...
+        assert not ext.book.lock.locked()  # ... without the book
+        assert ext.bind(bind_args(a)) == {"Error": ""}  # so a bind goes through meanwhile
+        # Binds re-check capacity under the book, whatever the scores said: n1 is full now.
+        assert "free slot" in ext.bind(bind_args(b))["Error"]
+        assert t.is_alive() and out == []  # the prioritize is still scoring
+    finally:
+        release.set()
+        t.join(30)
+    # Scored from its snapshot (a free slot on n1): advisory, not an error.
+    assert len(out) == 1 and out[0][0]["Host"] == "n1" and out[0][0]["Score"] == 10
+    assert over_full(ext) == {} and set(ext.book.pods) >= {"ml/a"} and "ml/b" not in ext.book.pods
+
+
+def test_concurrent_prioritize_calls_score_at_once_each_within_its_deadline(
+    served: tuple[Any, list[str]], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model, jobs = served
+    ext, _ = make(model, ["n1", "n2"], deadline_s=2.0)
+    clock = Clock()
+    monkeypatch.setattr(extender_module, "time", types.SimpleNamespace(monotonic=clock))
+    gate = _Gate(monkeypatch)
+    calls: dict[str, tuple[threading.Event, threading.Event]] = {}
+    ready = {k: threading.Event() for k in "AB"}
+    out: dict[str, list[dict[str, Any]]] = {}
+    took: dict[str, float] = {}
+
+    def call(k: str) -> None:
+        calls[k] = gate.arm()
+        ready[k].set()
+        arrived = clock()
+        out[k] = ext.prioritize({"Pod": pod(f"p{k}", jobs[0], 1), "NodeNames": ["n1", "n2"]})
+        took[k] = clock() - arrived
+
+    threads = {k: threading.Thread(target=call, args=(k,)) for k in "AB"}
+    try:
+        threads["A"].start()
+        assert ready["A"].wait(30) and calls["A"][0].wait(30)  # A scores n1 ...
+        threads["B"].start()
+        assert ready["B"].wait(30)
+        assert calls["B"][0].wait(30)  # ... and B scores n1 too, not queued behind A
+        clock.now += 2.5  # both spend longer than the deadline on n1
+    finally:
+        for k in calls:
+            calls[k][1].set()
+        for t in threads.values():
+            t.join(30)
+    for k in "AB":
+        # n1 scored, n2 left neutral by the deadline: each call took one deadline (plus the
+        # node under way), not two.
+        assert out[k] == [{"Host": "n1", "Score": 10},
+                          {"Host": "n2", "Score": NEUTRAL_SCORE}], k
+        assert took[k] == pytest.approx(2.5), k
+    # The shared speed cache took both calls' answers, consistently.
+    cache = ext._cache
+    assert len(cache.vec) == len(cache.meas) == len(cache.mean) > 0
+    rows = list(cache.memo.values()) + list(cache.gang_memo.values())
+    assert sorted(rows) == list(range(len(cache.vec)))

@@ -107,7 +107,8 @@ def register(sub: Subparsers) -> None:
                    help="placement policy (default: local-search)")
     p.add_argument("--max-per-gpu", type=int_at_least(1), default=2, metavar="K")
     p.add_argument("--deadline", type=positive_number, default=2.0, metavar="S",
-                   help="most seconds a prioritize call scores before going neutral")
+                   help="most seconds a prioritize call takes, from the request's "
+                   "arrival; nodes not scored by then get the neutral score (default: 2)")
     # serve._extender.ASSUME_TTL_S (not imported here: the serve extra may be absent)
     p.add_argument("--assume-ttl", type=positive_number, default=300.0, metavar="S",
                    help="seconds a bind's booking waits for the pod watch to show the pod "

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -140,6 +141,10 @@ class SpeedCache:
     Answers are a pure function of the query for a fixed source, seed and number of draws,
     so reusing them is exact: the same candidate always gets the same draws.
 
+    Threads may place with one cache at once (the Kubernetes extender's worker threads do):
+    an answer's row is its position in the lists, so rows are taken and filled under
+    ``lock``; reading a row already filed needs no lock (rows are only ever appended).
+
     >>> from interplace.placement import MeasuredSpeeds
     >>> cache = SpeedCache(MeasuredSpeeds({("a", "a"): 0.5}), num_samples=4, seed=0)
     >>> len(cache)
@@ -155,6 +160,7 @@ class SpeedCache:
         self.vec: list[torch.Tensor] = []  # each (S,): draws of the true speed
         self.meas: list[torch.Tensor] = []  # each (S,): draws of a measured speed
         self.mean: list[float] = []
+        self.lock = threading.Lock()
 
     def serves(self, source: SpeedSource, num_samples: int, seed: int) -> bool:
         """Whether this cache answers for ``source`` with these draws."""
@@ -638,11 +644,14 @@ class Problem:
         speed = post.speed.to(torch.float64)
         meas = post.measured.to(torch.float64)
         means = speed.mean(0).tolist()
-        for q, key in enumerate(keys):
-            self._memo[key] = len(self._vec)
-            self._vec.append(speed[:, q])
-            self._meas.append(meas[:, q])
-            self._mean.append(float(means[q]))
+        with self.cache.lock:  # a row is a position: taken and filled by one thread at a time
+            for q, key in enumerate(keys):
+                if key in self._memo:  # another thread filed it meanwhile (the same answer)
+                    continue
+                self._vec.append(speed[:, q])
+                self._meas.append(meas[:, q])
+                self._mean.append(float(means[q]))
+                self._memo[key] = len(self._vec) - 1
         self.queries_answered += len(keys)
 
     def _gang(self, keys: tuple[Key, ...], factor: float) -> int:
@@ -654,11 +663,14 @@ class Problem:
         rows = [self._memo[k] for k in gk[0]]
         vec = torch.stack([self._vec[r] for r in rows]).min(0).values * factor
         meas = torch.stack([self._meas[r] for r in rows]).min(0).values * factor
-        h = len(self._vec)
-        self._vec.append(vec)
-        self._meas.append(meas)
-        self._mean.append(float(vec.mean()))
-        self._gang_memo[gk] = h
+        with self.cache.lock:
+            hit = self._gang_memo.get(gk)  # filed by another thread meanwhile
+            if hit is not None:
+                return hit
+            self._vec.append(vec)
+            self._meas.append(meas)
+            self._mean.append(float(vec.mean()))
+            h = self._gang_memo[gk] = len(self._vec) - 1
         return h
 
     def comm_factor(self, i: int, gpus: Sequence[int]) -> float:

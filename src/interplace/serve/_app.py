@@ -8,13 +8,15 @@ GPUs, and the pods whose bookings are still assumed: :meth:`Extender.snapshot`).
 JSON or a request the verb cannot read gets 400 with ``{"Error": ...}``; an unknown path 404;
 a body over ``max_body`` bytes 413. The verbs and ``/state`` (which waits for the book) run
 in a worker thread, so neither a slow scoring nor a wait for the book's lock blocks the event
-loop (``/healthz`` above all).
+loop (``/healthz`` above all). A prioritize call's deadline runs from the request's arrival
+here (a wait for a worker thread counts).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -63,13 +65,18 @@ def build_app(
 
     def verb(name: str) -> Any:
         async def handle(request: Request) -> Response:
+            arrived = time.monotonic()
             try:
                 args = await read(request)
                 if not isinstance(args, dict):
                     raise InputError(f"{name} expects a JSON object")
                 if name in ("filter", "prioritize") and args.get("Pod") is not None:
                     extender.remember(args["Pod"])
-                result = await run_in_threadpool(getattr(extender, name), args)
+                if name == "prioritize":
+                    result = await run_in_threadpool(extender.prioritize, args,
+                                                     arrived=arrived)
+                else:
+                    result = await run_in_threadpool(getattr(extender, name), args)
             except _TooLarge:
                 return JSONResponse({"Error": f"request body over {max_body} bytes"},
                                     status_code=413)

@@ -60,6 +60,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 from interplace.errors import InputError, first_line
@@ -77,8 +78,15 @@ from interplace.topology import Topology
 __all__ = ["NEUTRAL_SCORE", "Book", "Booking", "Extender"]
 
 #: A node as placement sees it: topology, running jobs, slots of jobs the model cannot see,
-#: and a hashable key of that state (for the score cache).
-_View = tuple[Topology, ClusterState, dict[str, int], tuple[object, ...]]
+#: and a hashable key of that state (for the score cache). Immutable: a snapshot of the book
+#: that prioritize scores from once it has let go of the book.
+_View = tuple[Topology, ClusterState, Mapping[str, int], tuple[object, ...]]
+
+_MISSING = object()
+
+SPEED_CACHE_ROWS = 100_000
+"""Answered speed queries the shared :class:`~interplace.placement.SpeedCache` keeps (it
+starts afresh past this many: a long-running extender meets ever new node states)."""
 
 log = logging.getLogger("interplace.serve")
 
@@ -89,7 +97,7 @@ _V = TypeVar("_V")
 def _remember(cache: dict[_K, _V], key: _K, value: _V, limit: int) -> None:
     """``cache[key] = value``, the whole cache dropped first once it holds more than ``limit``
     entries: a long-running extender meets ever new node states, and the ones in use come back
-    at the next request."""
+    at the next request. Not atomic: call with the lock that guards ``cache`` held."""
     if len(cache) > limit:
         cache.clear()
     cache[key] = value
@@ -224,11 +232,21 @@ class Extender:
     ``topology_for(node)`` returns the node's topology (GPU ids local to it) or None;
     ``binder(pod, node, gpus)`` records a binding with the API server (None: standalone,
     bind only books, and its bookings are final); ``fetch_pod(namespace, name)`` reads a pod
-    from it. ``deadline_s`` bounds a prioritize call's scoring, from when it holds the book:
-    nodes left unscored when it runs out get the neutral score (and a log line), so the
-    scheduler is never held up. ``assume_ttl_s``: how long a booking made by a bind through
+    from it. ``deadline_s`` bounds a prioritize call, from its arrival (a wait for the book
+    counts): nodes left unscored when it runs out get the neutral score (and a log line), so
+    the scheduler is never held up. ``assume_ttl_s``: how long a booking made by a bind through
     ``binder`` lasts unless an event or a list shows its pod bound (module docstring);
     ``clock`` the monotonic clock that measures it.
+
+    Threads: the verbs may run in several threads at once (the app's worker threads). Every
+    booking, and the per-node views built from them (``_views``), sit behind ``book.lock``.
+    Prioritize holds it only to take its nodes' views (immutable snapshots), then scores
+    without it, so binds and other calls go on meanwhile; a bind re-checks capacity and picks
+    its GPUs under the lock, from the book as it is then. The scoring caches (``_scores``,
+    ``_base``, which speed cache is in use) sit behind a lock of their own, held for their
+    lookups and updates only, never across a placement search; the
+    :class:`~interplace.placement.SpeedCache` takes its own lock to file an answer, so
+    searches in several threads share it.
     """
 
     def __init__(
@@ -261,6 +279,7 @@ class Extender:
         self.book = Book()
         self.known = set(model.jobs)
         self._cache = SpeedCache(model, num_samples=num_samples, seed=seed)
+        self._memo_lock = threading.Lock()  # _cache, _scores and _base (not _views: the book's)
         self._scores: dict[tuple[object, ...], tuple[float, tuple[str, ...]] | None] = {}
         self._base: dict[tuple[object, ...], float] = {}
         self._pending: dict[str, PodRequest] = {}
@@ -289,6 +308,7 @@ class Extender:
         raise InputError("ExtenderArgs has neither Nodes nor NodeNames")
 
     def _node_view(self, node: str) -> _View | None:
+        """``node``'s view of the book (cached per node version); call with the lock held."""
         version = self.book.node_version.get(node, 0)
         hit = self._views.get(node)
         if hit is not None and hit[0] == version:
@@ -321,7 +341,7 @@ class Extender:
             reserved[g] = min(reserved[g], self.max_per_gpu)
         key = (id(topo), tuple(sorted((r.job.job, r.gpus) for r in running)),
                tuple(sorted(reserved.items())))
-        return topo, ClusterState(tuple(running)), reserved, key
+        return topo, ClusterState(tuple(running)), MappingProxyType(reserved), key
 
     def _fits(
         self, pod: PodRequest, node: str, without: frozenset[str] = frozenset()
@@ -356,30 +376,45 @@ class Extender:
                    counter_samples=samples, **kwargs)
 
     def _best(self, pod: PodRequest, job: Job, node: str) -> tuple[float, tuple[str, ...]] | None:
-        """(predicted gain, GPUs) of the best placement of ``job`` on ``node``, or None."""
+        """(predicted gain, GPUs) of the best placement of ``job`` on ``node`` as the book
+        stands, or None; call with the lock held (or with no other thread about)."""
         view = self._node_view(node)
         if view is None:
             return None
+        return self._score(job, view)
+
+    def _score(self, job: Job, view: _View) -> tuple[float, tuple[str, ...]] | None:
+        """(predicted gain, GPUs) of the best placement of ``job`` on a node in state ``view``,
+        or None. Needs no lock: ``view`` is immutable, the score caches are read and written
+        under ``_memo_lock``, and the speed cache files its answers under its own lock."""
         topo, state, reserved, state_key = view
         key = (job.job, job.gpus, job.comm_share, job.counters, job.counter_samples, job.family,
                state_key)
-        if key in self._scores:
-            return self._scores[key]
-        base = self._base.get(state_key)
+        with self._memo_lock:
+            hit = self._scores.get(key, _MISSING)
+            base = self._base.get(state_key)
+            cache = self._cache
+        if hit is not _MISSING:
+            return hit  # type: ignore[return-value]
         if base is None:  # the node's own objective: the same for every pod scored there
             base = place(topo, self.model, [], state, policy=self.policy,
                          max_per_gpu=self.max_per_gpu, reserved=reserved, seed=self.seed,
-                         num_samples=self._cache.num_samples,
-                         cache=self._cache).objective if state.running else 0.0
-            _remember(self._base, state_key, base, 50_000)
+                         num_samples=cache.num_samples,
+                         cache=cache).objective if state.running else 0.0
+            with self._memo_lock:
+                _remember(self._base, state_key, base, 50_000)
         p = place(topo, self.model, [job], state, policy=self.policy,
                   max_per_gpu=self.max_per_gpu, reserved=reserved, seed=self.seed,
-                  num_samples=self._cache.num_samples, cache=self._cache)
+                  num_samples=cache.num_samples, cache=cache)
         result: tuple[float, tuple[str, ...]] | None = None
         if not p.pending:
             gain = p.objective - base
             result = (gain, p.assignment()[job.job_id])
-        _remember(self._scores, key, result, 50_000)
+        with self._memo_lock:
+            _remember(self._scores, key, result, 50_000)
+            if len(self._cache) > SPEED_CACHE_ROWS:  # searches under way keep the old one
+                self._cache = SpeedCache(self.model, num_samples=cache.num_samples,
+                                         seed=self.seed)
         return result
 
     # ------------------------------------------------------------- verbs
@@ -418,8 +453,17 @@ class Extender:
             result["Nodes"] = {**nodes, "items": [objects[n] for n in passed]}
         return result
 
-    def prioritize(self, args: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """``ExtenderArgs`` -> ``HostPriorityList`` with integer scores in 0..10."""
+    def prioritize(
+        self, args: Mapping[str, Any], *, arrived: float | None = None
+    ) -> list[dict[str, Any]]:
+        """``ExtenderArgs`` -> ``HostPriorityList`` with integer scores in 0..10.
+
+        The nodes are scored from a snapshot of the book taken at the start, without holding
+        it (class docstring): a bind that lands meanwhile is not seen, as kube-scheduler's
+        scores are advisory and the bind re-checks capacity. ``deadline_s`` runs from
+        ``arrived`` (a ``time.monotonic()`` reading when the request arrived; default: now),
+        so a call that waited (for the book, for a worker thread) scores the less for it."""
+        start = time.monotonic() if arrived is None else arrived
         pod = parse_pod(args.get("Pod"), strict=False)
         names, _ = self._nodes(args)
         job = self._job(pod)
@@ -429,23 +473,30 @@ class Extender:
                             "scores", pod.key, pod.job_type, "interplace.io/counters")
             return [{"Host": n, "Score": NEUTRAL_SCORE} for n in names]
         gains: dict[str, float | None] = {}  # absent: neutral; None: cannot place there
-        with self.book.lock:
-            # The deadline counts the scoring, not the wait for the book: a call that queued
-            # behind another still scores.
-            start = time.monotonic()
+        views: dict[str, _View | Exception | None] = {}
+        with self.book.lock:  # only to take the snapshot: scoring runs without the book
             self._expire()
             for node in names:
-                if time.monotonic() - start > self.deadline_s:
-                    log.warning("prioritize %s: deadline %.1f s reached; %s scored neutrally",
-                                pod.key, self.deadline_s, node)
-                    continue
-                try:
-                    best = self._best(pod, job, node)
-                except Exception as exc:  # the model cannot score: never block the scheduler
-                    log.warning("prioritize %s on %s: cannot score (%s); neutral", pod.key,
-                                node, exc)
-                    continue
-                gains[node] = None if best is None else best[0] / max(job.gpus, 1)
+                if node not in views:
+                    try:
+                        views[node] = self._node_view(node)
+                    except Exception as exc:  # a topology lookup that fails: neutral
+                        views[node] = exc
+        for node in names:
+            if time.monotonic() - start > self.deadline_s:
+                log.warning("prioritize %s: deadline %.1f s reached; %s scored neutrally",
+                            pod.key, self.deadline_s, node)
+                continue
+            view = views[node]
+            try:
+                if isinstance(view, Exception):
+                    raise view
+                best = None if view is None else self._score(job, view)
+            except Exception as exc:  # the model cannot score: never block the scheduler
+                log.warning("prioritize %s on %s: cannot score (%s); neutral", pod.key,
+                            node, exc)
+                continue
+            gains[node] = None if best is None else best[0] / max(job.gpus, 1)
         scored = [g for g in gains.values() if g is not None]
         top, bottom = max(scored, default=0.0), min(scored, default=0.0)
         out = []
