@@ -925,16 +925,24 @@ class Problem:
         """Candidate GPU sets for a gang instance: inside one machine when it fits.
 
         Per machine with enough free GPUs, its sets with the cheapest all-reduce (ties: the
-        least loaded), at most ``limit`` per machine (None: every set, for exact search);
-        machines in the same state contribute once. A job larger than a machine takes whole
-        machines with every GPU free.
+        least loaded), at most ``limit`` per machine; machines in the same state contribute
+        once. A job larger than a machine takes whole machines with every GPU free
+        (contiguous runs of them).
+
+        ``limit=None`` (exact search): every set inside each machine and every choice of
+        whole machines, and machines count as in the same state only when they hold the
+        same gangs too (:meth:`_gang_holds`); symmetric sets inside a machine are left to
+        the caller (``exact``'s orbits), since equal ring costs and holdings alone do not
+        make two sets interchangeable (what they leave free may differ).
         """
         n = self.jobs[i].gpus
         out: list[tuple[int, ...]] = []
         seen: set[tuple[object, ...]] = set()
         t = self.inst_type
 
-        def holds(g: int) -> tuple[int, ...]:  # what a GPU holds: reserved slots, job types
+        def holds(g: int) -> tuple[object, ...]:  # what a GPU holds: reserved slots, job types
+            if limit is None:
+                return self._gang_holds(st, g)
             return (self.reserved[g], *sorted(t[k] for k in st.occ[g]))
 
         for idx in self.machines.values():
@@ -958,25 +966,41 @@ class Problem:
             if len(combos) > 400 and limit is not None:  # large machines: contiguous windows
                 combos = [tuple(free[s : s + n]) for s in range(len(free) - n + 1)]
             combos.sort(key=lambda c: (self.comm_cost(c), sum(len(st.occ[g]) for g in c), c))
-            if limit is None and not self.cross_gpu:
-                # GPUs holding the same job types are interchangeable when only a GPU's own
-                # jobs matter: keep one set per (ring cost, multiset of what its GPUs hold).
-                distinct: dict[tuple[object, ...], tuple[int, ...]] = {}
-                for c in combos:
-                    held = tuple(sorted(holds(g) for g in c))
-                    distinct.setdefault((round(self.comm_cost(c), 12), held), c)
-                combos = list(distinct.values())
             out.extend(combos if limit is None else combos[:limit])
         if n > self.machine_size:
             whole = [idx for idx in self.machines.values()
                      if all(self.can_host(st, i, g) for g in idx)]
             need = math.ceil(n / self.machine_size)
-            for s in range(0, len(whole) - need + 1):
-                gpus = [g for idx in whole[s : s + need] for g in idx][:n]
+            runs: Iterable[Sequence[list[int]]] = (
+                itertools.combinations(whole, need) if limit is None
+                else (whole[s : s + need] for s in range(0, len(whole) - need + 1))
+            )
+            for run in runs:
+                gpus = [g for idx in run for g in idx][:n]
                 out.append(tuple(gpus))
                 if limit is not None and len(out) >= limit:
                     break
         return out
+
+    def _gang_holds(self, st: State, g: int) -> tuple[object, ...]:
+        """What GPU ``g`` holds, for telling machines in the same state apart: its reserved
+        slots, its single-GPU job types, and its gangs: a gang inside ``g``'s machine by its
+        type, size, communication share and local positions (two such gangs are alike), any
+        other by its instance (it is alike to no other)."""
+        t, where, jobs = self.inst_type, st.where, self.jobs
+        singles: list[int] = []
+        gangs: list[tuple[object, ...]] = []
+        machine = self.machine_of[g]
+        for k in st.occ[g]:
+            w = where[k] or ()
+            if len(w) <= 1:
+                singles.append(t[k])
+            elif all(self.machine_of[h] == machine for h in w):
+                local = tuple(sorted(self._local_pos[h] for h in w))
+                gangs.append((0, t[k], jobs[k].gpus, jobs[k].comm_share, local))
+            else:
+                gangs.append((1, k))
+        return (self.reserved[g], tuple(sorted(singles)), tuple(sorted(gangs, key=repr)))
 
     def candidates(
         self, st: State, i: int, *, exhaustive: bool = False

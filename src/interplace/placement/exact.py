@@ -14,14 +14,21 @@ one exists places the most jobs (forbidden pairs can strand some), and its maxim
 the best objective (networkx's blossom algorithm, :math:`O(V^3)` per :math:`q`).
 
 *Branch and bound* otherwise: depth-first over the new jobs (gangs first), each either on one
-of its candidate GPU classes or pending. Interchangeable GPUs are tried once: for a single-GPU
-job, GPUs that, with each of their neighbours, hold the same reserved slots, the same job types
-and the same multi-GPU instances (joining a gang's GPU lowers that gang's speed, not a single
-job's); for a gang, GPU sets with the same ring cost whose GPUs hold the same job types
-(:meth:`~interplace.placement._problem.Problem.candidates`). That is exact when GPUs of equal
-standing are symmetric in the topology, as in every built-in. The incumbent starts at
-``local-search``'s answer; a branch is cut when it cannot place more jobs than the incumbent or,
-placing as many (so every remaining job :math:`j \in R` must be placed), an upper bound on its
+of its candidate GPU classes or pending. Interchangeable GPUs are tried once, by orbits under
+symmetries that fix the state. For a gang, machines in the same state (same gangs too) once,
+and inside a machine one GPU set per orbit under the machine's symmetries that fix the state
+(:func:`_gang_orbits`: involutions of its GPUs preserving every ring cost and contention
+domain, whose swapped GPUs hold the same). Equal ring cost and holdings alone are not enough:
+what two sets leave free for a later gang (its rings) or job (what it shares) may differ. For
+a single-GPU job (:func:`_single_orbits`), one GPU per orbit under the share-preserving
+involutions of its machine whose swapped GPUs hold the same, machines of one class in the
+same state once, and GPUs sharing no domain with any other once per holdings. GPUs of equal
+standing (they and each of their neighbours holding the same) are not enough on an asymmetric
+topology: two can differ one step further, and which one is taken changes what later jobs
+share. A gang larger than a machine tries every choice of whole machines. The incumbent
+starts at ``local-search``'s answer; a branch is cut when it cannot place more jobs than the
+incumbent or, placing as many (so every remaining job :math:`j \in R` must be placed), an
+upper bound on its
 objective cannot beat it.
 
 *The bounds.* Both need a source under which a co-runner never raises a speed, draw by draw:
@@ -69,6 +76,7 @@ then the answer is not proven optimal.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Sequence
 
 import networkx as nx
@@ -83,6 +91,7 @@ from interplace.placement._problem import (
     never_faster,
 )
 from interplace.placement.local_search import local_search
+from interplace.topology import Topology
 
 __all__ = ["NODE_BUDGET", "exact"]
 
@@ -290,30 +299,255 @@ def _branch_and_bound(problem: Problem, seed: int, node_budget: int) -> State:
 
 
 def _options(problem: Problem, st: State, i: int) -> list[tuple[int, ...]]:
-    """The GPUs the search tries for instance ``i``: a gang's candidate sets
-    (:meth:`~interplace.placement._problem.Problem.candidates`, exhaustive), or one GPU per
-    class of interchangeable GPUs for a single-GPU job.
+    """The GPUs the search tries for instance ``i``: one GPU set per class of interchangeable
+    sets for a gang, one GPU per class of interchangeable GPUs for a single-GPU job.
 
-    Stricter than :meth:`~interplace.placement._problem.Problem.single_candidates`: two GPUs
-    are interchangeable when they and their neighbours hold the same reserved slots and job
-    types and the same multi-GPU instances (joining a gang's GPU changes that gang's speed,
-    its slowest GPU, not that of a single job of its type), not the same job types alone.
+    A gang: :meth:`~interplace.placement._problem.Problem.candidates` (every set inside a
+    machine, machines in the same state once), then one set per orbit under the symmetries
+    of its machine that fix the current state (:func:`_gang_orbits`): two sets of equal ring
+    cost and equal holdings are not enough, since what they leave free (the rings a later
+    gang gets, what a later job shares) may differ.
+
+    A single-GPU job: one GPU per orbit under the symmetries that fix the current state
+    (:func:`_single_orbits`), not one per class of equal standing (GPUs that, with each of
+    their neighbours, hold the same), which merged GPUs of asymmetric topologies that differ
+    one step further.
     """
     if problem.jobs[i].gpus > 1:
-        return problem.candidates(st, i, exhaustive=True)
+        return _gang_orbits(problem, st, problem.candidates(st, i, exhaustive=True))
+    return _single_orbits(problem, st, problem.hosts(st, i))
+
+
+def _single_orbits(problem: Problem, st: State, hosts: list[int]) -> list[tuple[int, ...]]:
+    r"""One GPU of ``hosts`` per orbit under the symmetries of the cluster that fix ``st``, for
+    a single-GPU job (every gang is placed before it: :meth:`Problem.order`).
+
+    Two GPUs are merged only when a relabelling of GPUs maps the state onto itself (up to
+    swapping single jobs of one type, or alike gangs) and one GPU onto the other, and keeps
+    every share mask: then placing the job on either gives states of equal value whose
+    completions by single jobs correspond one to one. The relabellings used:
+
+    * a GPU that shares no domain with any other (no cross-GPU contention) with any such
+      GPU of the same holdings, in any machine: their transposition keeps every mask (0);
+    * inside a machine, the involutions of :func:`_machine_symmetries` that keep the share
+      masks (ring costs no longer matter: no gang follows) and whose swapped GPUs hold the
+      same (:func:`_gang_orbits`' test), so one GPU per orbit of the group they generate;
+    * across machines, swapping two whole machines of one class whose GPUs hold the same,
+      position by position (:meth:`Problem._gang_holds`: gangs inside the machine by type,
+      size, communication share and local positions; a gang reaching outside by its
+      instance): their graphs, hence masks and ring costs, coincide.
+
+    Equal standing alone (a GPU and its neighbours holding the same) is not enough: on an
+    asymmetric machine, GPUs whose neighbourhoods look alike can differ one step further
+    (a neighbour on a shared switch in one, alone on its bridge in the other), and which is
+    taken changes what later jobs share.
+    """
     t, where, res = problem.inst_type, st.where, problem.reserved
 
     def holds(g: int) -> tuple[object, ...]:
-        gangs = tuple(sorted(k for k in st.occ[g] if len(where[k] or ()) > 1))
-        return (res[g], tuple(sorted(t[k] for k in st.occ[g])), gangs)
+        occ = st.occ[g]
+        gangs = tuple(sorted(k for k in occ if len(where[k] or ()) > 1))
+        return (res[g], tuple(sorted(t[k] for k in occ if len(where[k] or ()) <= 1)), gangs)
 
+    several = len(problem.machines) > 1
+    machine_keys: dict[str, tuple[object, ...]] = {}
+    orbit_reps: dict[tuple[object, ...], list[int]] = {}
     seen: set[tuple[object, ...]] = set()
     out: list[tuple[int, ...]] = []
-    for g in problem.hosts(st, i):
-        sig = (holds(g), tuple((m, holds(h)) for h, m in problem.nbrs[g]))
-        if sig not in seen:
-            seen.add(sig)
+    pos = problem._local_pos
+    for g in hosts:
+        if not problem.nbrs[g]:
+            key: tuple[object, ...] = ("alone", holds(g))
+        else:
+            machine = problem.machine_of[g]
+            mk = machine_keys.get(machine)
+            idx = problem.machines[machine]
+            if mk is None:
+                if several:
+                    mk = (problem.machine_class(machine),
+                          tuple(problem._gang_holds(st, h) for h in idx))
+                else:
+                    mk = (machine,)
+                machine_keys[machine] = mk
+            reps = orbit_reps.get(mk)
+            if reps is None:
+                reps = orbit_reps[mk] = _local_orbits(problem, idx, [holds(h) for h in idx])
+            key = ("machine", mk, reps[pos[g]])
+        if key not in seen:
+            seen.add(key)
             out.append((g,))
+    return out
+
+
+def _local_orbits(problem: Problem, idx: list[int], held: list[tuple[object, ...]]) -> list[int]:
+    """Per local position of a machine (``idx``), the smallest position of its orbit under the
+    share-mask symmetries of the machine whose swapped GPUs hold the same (``held``)."""
+    rep = list(range(len(idx)))
+
+    def find(a: int) -> int:
+        while rep[a] != a:
+            rep[a] = rep[rep[a]]
+            a = rep[a]
+        return a
+
+    for perm, _ in _machine_symmetries(problem, idx, sizes=()):
+        if all(held[a] == held[b] for a, b in enumerate(perm)):
+            for a, b in enumerate(perm):
+                ra, rb = find(a), find(b)
+                if ra != rb:
+                    rep[max(ra, rb)] = min(ra, rb)
+    return [find(a) for a in range(len(idx))]
+
+
+_MAX_SYMMETRIC_MACHINE = 8  # larger machines: no symmetry reduction inside a machine
+_SymKey = tuple[int, bool, tuple[int, ...]]
+_SYMMETRIES: weakref.WeakKeyDictionary[Topology, dict[_SymKey, list[tuple[list[int], list[int]]]]]
+_SYMMETRIES = weakref.WeakKeyDictionary()
+
+
+def _machine_symmetries(
+    problem: Problem, idx: list[int], sizes: tuple[int, ...] | None = None
+) -> list[tuple[list[int], list[int]]]:
+    r"""Involutions :math:`\pi` of a machine's local GPU positions (``idx``) that preserve
+    everything a placement's value reads inside the machine: the ring cost of every GPU set
+    a gang of the problem can hold there (every size of its multi-GPU jobs that fit a
+    machine), and the share mask of every GPU pair (the contention domains scored when
+    ``problem.cross_gpu``). Each comes as ``(perm, image)``: ``perm[a]`` is :math:`\pi(a)`
+    and ``image[mask]`` the image of a set of local positions as a bit mask. Identity
+    excluded. ``sizes``: the gang sizes whose ring costs must be kept (default: those of the
+    problem's gangs that fit a machine; ``()`` for single-GPU jobs once every gang is
+    placed). Machines over :data:`_MAX_SYMMETRIC_MACHINE` GPUs: none when ``sizes``, else
+    only the transpositions of twins (GPUs that share the same with every other GPU), with
+    an empty ``image``. Memoised per topology, machine class and gang sizes.
+
+    Any set of true symmetries generates a group of them, so involutions alone (GPU twins,
+    swapped switches or sockets) are sound; one that only swaps pairs already swapped by
+    kept transpositions is left out (the transpositions fix every state it fixes).
+    """
+    n = len(idx)
+    if sizes is None:
+        sizes = tuple(sorted({j.gpus for j in problem.jobs if 1 < j.gpus <= n}))
+    if n < 2 or (n > _MAX_SYMMETRIC_MACHINE and sizes):
+        return []
+    key = (problem.machine_class(problem.machine_of[idx[0]]), bool(problem.cross_gpu), sizes)
+    per = _SYMMETRIES.get(problem.topology)
+    if per is None:
+        per = _SYMMETRIES.setdefault(problem.topology, {})
+    hit = per.get(key)
+    if hit is not None:
+        return hit
+    local = {g: a for a, g in enumerate(idx)}
+    share = [[0] * n for _ in range(n)]
+    for a, g in enumerate(idx):
+        for h, m in problem.nbrs[g]:
+            if h in local:
+                share[a][local[h]] = m
+    if n > _MAX_SYMMETRIC_MACHINE:  # twins only: (a b) keeps every mask
+        twin_swaps: list[tuple[list[int], list[int]]] = []
+        for a in range(n):
+            for b in range(a + 1, n):
+                if all(share[a][c] == share[b][c] for c in range(n) if c not in (a, b)):
+                    swap = list(range(n))
+                    swap[a], swap[b] = b, a
+                    twin_swaps.append((swap, []))
+        per[key] = twin_swaps
+        return twin_swaps
+    masks = [m for m in range(1 << n) if m.bit_count() in sizes]
+    cost = {m: round(problem.comm_cost([idx[b] for b in range(n) if m >> b & 1]), 12)
+            for m in masks}
+    found: list[tuple[list[int], list[int]]] = []
+    perm = list(range(n))
+
+    def check() -> None:
+        if any(share[perm[a]][perm[b]] != share[a][b] for a in range(n) for b in range(n)):
+            return
+        image = [0] * (1 << n)
+        for mask in range(1, 1 << n):
+            low = mask & -mask
+            image[mask] = image[mask ^ low] | (1 << perm[low.bit_length() - 1])
+        if all(cost[image[m]] == cost[m] for m in masks):
+            found.append((list(perm), image))
+
+    def pair_up(a: int) -> None:  # every involution: each position fixed or swapped once
+        while a < n and perm[a] != a:
+            a += 1
+        if a == n:
+            if perm != list(range(n)):
+                check()
+            return
+        pair_up(a + 1)
+        for b in range(a + 1, n):
+            if perm[b] == b:
+                perm[a], perm[b] = b, a
+                pair_up(a + 1)
+                perm[a], perm[b] = a, b
+
+    pair_up(0)
+    found.sort(key=lambda f: sum(1 for a, b in enumerate(f[0]) if a < b))
+    twins: set[tuple[int, int]] = set()
+    kept: list[tuple[list[int], list[int]]] = []
+    for p, image in found:
+        pairs = {(a, b) for a, b in enumerate(p) if a < b}
+        if len(pairs) == 1:
+            twins |= pairs
+        elif pairs <= twins:
+            continue
+        kept.append((p, image))
+    per[key] = kept
+    return kept
+
+
+def _gang_orbits(
+    problem: Problem, st: State, options: list[tuple[int, ...]]
+) -> list[tuple[int, ...]]:
+    r"""``options`` less the GPU sets that a symmetry of their machine fixing ``st`` maps onto
+    a set kept before (the first of each orbit is kept, in the given order).
+
+    A symmetry :math:`\pi` (:func:`_machine_symmetries`) fixes ``st`` when every GPU
+    :math:`g` of the machine and :math:`\pi(g)` hold the same reserved slots, the same
+    single-GPU job types and the same multi-GPU instances (so :math:`\pi` maps each gang's
+    GPUs onto themselves). Then placing the gang on :math:`\pi(c)` gives the image under
+    :math:`\pi` of placing it on :math:`c` (up to swapping single jobs of one type): every
+    completion of one has a completion of the other with the same value, so one is enough.
+    """
+    t, where, res = problem.inst_type, st.where, problem.reserved
+
+    def holds(g: int) -> tuple[object, ...]:
+        occ = st.occ[g]
+        gangs = tuple(sorted(k for k in occ if len(where[k] or ()) > 1))
+        return (res[g], tuple(sorted(t[k] for k in occ if len(where[k] or ()) <= 1)), gangs)
+
+    gens: dict[str, list[list[int]]] = {}
+    seen: set[tuple[str, int]] = set()
+    out: list[tuple[int, ...]] = []
+    pos = problem._local_pos
+    for c in options:
+        machine = problem.machine_of[c[0]]
+        if any(problem.machine_of[g] != machine for g in c):
+            out.append(c)
+            continue
+        mask = sum(1 << pos[g] for g in c)
+        if (machine, mask) in seen:
+            continue
+        out.append(c)
+        maps = gens.get(machine)
+        if maps is None:
+            idx = problem.machines[machine]
+            held = [holds(g) for g in idx]
+            maps = gens[machine] = [
+                image for perm, image in _machine_symmetries(problem, idx)
+                if all(held[a] == held[b] for a, b in enumerate(perm))
+            ]
+        orbit = {mask}
+        todo = [mask]
+        while todo:
+            x = todo.pop()
+            for image in maps:
+                y = image[x]
+                if y not in orbit:
+                    orbit.add(y)
+                    todo.append(y)
+        seen.update((machine, y) for y in orbit)
     return out
 
 
@@ -405,7 +639,7 @@ def tight_bound(
                     seen.add(sig)
                     alts.append((1.0, [ks]))
         elif jobs[i].gpus <= problem.machine_size:
-            for gpus in problem.candidates(st, i, exhaustive=True):
+            for gpus in _options(problem, st, i):  # one per orbit: symmetric sets score alike
                 alts.append((problem.comm_factor(i, gpus),
                              [gpu_keys(i, g, free[g] - 1) for g in gpus]))
         else:  # whole machines: its speed alone
