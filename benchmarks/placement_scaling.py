@@ -1,6 +1,6 @@
 """CPU time of the placement engine's scaling hot spots (the scalability audit's sizes).
 
-Run: ``python benchmarks/placement_scaling.py [--parts repair gang nic candidates]
+Run: ``python benchmarks/placement_scaling.py [--parts repair gang nic candidates singles]
 [--repeats 3] [--quick] [--model PATH]``
 
 Each part reports the median CPU time (``time.process_time``) over ``--repeats`` runs, each on
@@ -15,6 +15,11 @@ a fresh topology (no warm caches from an earlier run):
 * ``nic``: :meth:`Topology.nearest_nic` of every GPU of ``dgx-a100*N``.
 * ``candidates``: ``random``, ``spread`` and ``pack`` on ``dgx-a100*N`` with N/2 eight-GPU and
   8N single-GPU jobs (the audit's "bench" shape).
+* ``singles``: ``greedy`` on ``dgx-a100*N`` with 8N single-GPU jobs, deciding with a model that
+  has cross-GPU evidence (so a GPU's standing is its neighbours' jobs too:
+  ``Problem.single_candidates``): ``--model``, or one fitted here on synthetic runs with
+  counters (``fit(synthetic(12, seed=0, samples_per_run=2), seed=0)``, about a minute).
+  Not in the default parts (only ``--parts singles`` runs it).
 
 The speed source is a seeded :class:`MeasuredSpeeds` over 26 job types (``--model``: a saved
 :class:`InterferenceModel` instead, e.g. the audit's). To compare two versions of the code,
@@ -138,19 +143,45 @@ def part_candidates(source: SpeedSource, sizes: list[int], repeats: int) -> None
                   f"{med:>14.3f}")
 
 
+def part_singles(model: SpeedSource | None, sizes: list[int], repeats: int) -> None:
+    from interplace.placement._problem import cross_gpu_evidence
+
+    if model is None:
+        from interplace.datasets import synthetic
+        from interplace.model import fit
+
+        model = fit(synthetic(12, seed=0, samples_per_run=2), seed=0)
+    if not cross_gpu_evidence(model):
+        raise SystemExit("singles: the model has no cross-GPU evidence (fit one with counters)")
+    types = list(model.jobs)
+    print("\nsingles: greedy, 8N one-GPU jobs on dgx-a100*N, a model with cross-GPU evidence")
+    print(f"{'GPUs':>6}{'jobs':>7}{'objective':>11}{'median cpu s':>14}")
+    for n in sizes:
+        rng = np.random.default_rng(n)
+        jobs = [Job(f"s{k}", types[rng.integers(len(types))]) for k in range(8 * n)]
+
+        def run(n: int = n, jobs: list[Job] = jobs) -> object:
+            return place(builtin(f"dgx-a100*{n}"), model, jobs, policy="greedy")
+
+        med, p = cpu(run, repeats)
+        print(f"{8 * n:>6}{len(jobs):>7}{p.objective:>11.3f}"  # type: ignore[attr-defined]
+              f"{med:>14.3f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parts", nargs="+", default=["repair", "gang", "nic", "candidates"],
-                    choices=["repair", "gang", "nic", "candidates"])
+                    choices=["repair", "gang", "nic", "candidates", "singles"])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="small sizes, one repeat")
     ap.add_argument("--model", default=None, help="a saved InterferenceModel to place with")
     args = ap.parse_args()
     source: SpeedSource
+    model: SpeedSource | None = None
     if args.model:
         from interplace.model import InterferenceModel
 
-        source = InterferenceModel.load(args.model)
+        source = model = InterferenceModel.load(args.model)
     else:
         source = measured_source()
     repeats = 1 if args.quick else args.repeats
@@ -163,6 +194,8 @@ def main() -> None:
         part_nic([64] if args.quick else [128, 512], repeats)
     if "candidates" in args.parts:
         part_candidates(source, [16] if args.quick else [64, 128], repeats)
+    if "singles" in args.parts:
+        part_singles(model, [16] if args.quick else [64, 128], repeats)
 
 
 if __name__ == "__main__":

@@ -328,6 +328,8 @@ class Problem:
         self._meas = cache.meas
         self._mean = cache.mean
         self._factors: dict[tuple[int, tuple[int, ...]], float] = {}
+        # single_candidates: each GPU's standing, kept with the versions it was read at.
+        self._standing: dict[int, tuple[tuple[int, ...], tuple[object, ...]]] = {}
         self._local_pos = {g: k for idx in machines.values() for k, g in enumerate(idx)}
         self.queries_answered = 0
         self._clock = itertools.count(1)
@@ -907,12 +909,22 @@ class Problem:
                 seen_local.add(local)
                 out.append(g)
             return out
+        standing, ver = self._standing, st.ver
         for g in self.hosts(st, i):
-            sig = (
-                tuple(sorted(t[k] for k in st.occ[g])),
-                tuple((m, tuple(sorted(t[k] for k in st.occ[h]))) for h, m in self.nbrs[g]),
-                len(self.nbrs[g]),
-            )
+            # A GPU's standing changes only with its own or a neighbour's jobs: versions
+            # (never reused within a problem, State) key it, as they key the speed queries.
+            nbrs = self.nbrs[g]
+            vk = (ver[g], *(ver[h] for h, _ in nbrs))
+            hit = standing.get(g)
+            if hit is not None and hit[0] == vk:
+                sig = hit[1]
+            else:
+                sig = (
+                    tuple(sorted(t[k] for k in st.occ[g])),
+                    tuple((m, tuple(sorted(t[k] for k in st.occ[h]))) for h, m in nbrs),
+                    len(nbrs),
+                )
+                standing[g] = (vk, sig)
             if sig in seen:
                 continue
             seen.add(sig)
