@@ -28,8 +28,7 @@ topology: two can differ one step further, and which one is taken changes what l
 share. A gang larger than a machine tries every choice of whole machines. The incumbent
 starts at ``local-search``'s answer; a branch is cut when it cannot place more jobs than the
 incumbent or, placing as many (so every remaining job :math:`j \in R` must be placed), an
-upper bound on its
-objective cannot beat it.
+upper bound on its objective cannot beat it.
 
 *The bounds.* Both need a source under which a co-runner never raises a speed, draw by draw:
 more co-runners, or more resources shared with one, only lower every draw of a job's speed
