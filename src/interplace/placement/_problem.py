@@ -545,14 +545,19 @@ class Problem:
     # -------------------------------------------------------------- scoring
     def key(self, st: State, i: int, g: int) -> Key:
         """The memo key of instance ``i``'s query on its GPU ``g`` in state ``st``."""
-        nbrs = self.nbrs[g]
-        vk = (st.ver[g],) if not nbrs else (st.ver[g], *(st.ver[h] for h, _ in nbrs))
+        vk = self._versions(st, g)
         hit = st.keys.get((i, g))
         if hit is not None and hit[0] == vk:
             return hit[1]
         key = self._key(st, i, g)
         st.keys[(i, g)] = (vk, key)
         return key
+
+    def _versions(self, st: State, g: int) -> tuple[int, ...]:
+        """The versions of GPU ``g`` and of its neighbours in ``st``: while they stand, so do
+        the jobs on and around ``g`` (versions are never reused within a problem)."""
+        nbrs = self.nbrs[g]
+        return (st.ver[g],) if not nbrs else (st.ver[g], *(st.ver[h] for h, _ in nbrs))
 
     def _key(self, st: State, i: int, g: int) -> Key:
         co: dict[int, int] = {}
@@ -909,12 +914,12 @@ class Problem:
                 seen_local.add(local)
                 out.append(g)
             return out
-        standing, ver = self._standing, st.ver
+        standing = self._standing
         for g in self.hosts(st, i):
-            # A GPU's standing changes only with its own or a neighbour's jobs: versions
-            # (never reused within a problem, State) key it, as they key the speed queries.
+            # A GPU's standing changes only with its own or a neighbour's jobs: their versions
+            # key it, as they key the speed queries (key).
             nbrs = self.nbrs[g]
-            vk = (ver[g], *(ver[h] for h, _ in nbrs))
+            vk = self._versions(st, g)
             hit = standing.get(g)
             if hit is not None and hit[0] == vk:
                 sig = hit[1]

@@ -76,7 +76,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import networkx as nx
 import torch
@@ -341,13 +341,7 @@ def _single_orbits(problem: Problem, st: State, hosts: list[int]) -> list[tuple[
     (a neighbour on a shared switch in one, alone on its bridge in the other), and which is
     taken changes what later jobs share.
     """
-    t, where, res = problem.inst_type, st.where, problem.reserved
-
-    def holds(g: int) -> tuple[object, ...]:
-        occ = st.occ[g]
-        gangs = tuple(sorted(k for k in occ if len(where[k] or ()) > 1))
-        return (res[g], tuple(sorted(t[k] for k in occ if len(where[k] or ()) <= 1)), gangs)
-
+    holds = _holdings(problem, st)
     several = len(problem.machines) > 1
     machine_keys: dict[str, tuple[object, ...]] = {}
     orbit_reps: dict[tuple[object, ...], list[int]] = {}
@@ -378,6 +372,28 @@ def _single_orbits(problem: Problem, st: State, hosts: list[int]) -> list[tuple[
     return out
 
 
+def _holdings(problem: Problem, st: State) -> Callable[[int], tuple[object, ...]]:
+    """What a GPU holds in ``st``, as the orbit rules compare it: its reserved slots, its
+    single-GPU job types and its multi-GPU instances (a gang is alike only to itself)."""
+    t, where, res = problem.inst_type, st.where, problem.reserved
+
+    def holds(g: int) -> tuple[object, ...]:
+        occ = st.occ[g]
+        gangs = tuple(sorted(k for k in occ if len(where[k] or ()) > 1))
+        return (res[g], tuple(sorted(t[k] for k in occ if len(where[k] or ()) <= 1)), gangs)
+
+    return holds
+
+
+_Symmetry = tuple[list[int], list[int]]
+
+
+def _fixing(symmetries: list[_Symmetry], held: list[tuple[object, ...]]) -> list[_Symmetry]:
+    """The ``symmetries`` (:func:`_machine_symmetries`) that fix a machine's state: every
+    position and its image hold the same (``held``, per local position)."""
+    return [s for s in symmetries if all(held[a] == held[b] for a, b in enumerate(s[0]))]
+
+
 def _local_orbits(problem: Problem, idx: list[int], held: list[tuple[object, ...]]) -> list[int]:
     """Per local position of a machine (``idx``), the smallest position of its orbit under the
     share-mask symmetries of the machine whose swapped GPUs hold the same (``held``)."""
@@ -389,24 +405,23 @@ def _local_orbits(problem: Problem, idx: list[int], held: list[tuple[object, ...
             a = rep[a]
         return a
 
-    for perm, _ in _machine_symmetries(problem, idx, sizes=()):
-        if all(held[a] == held[b] for a, b in enumerate(perm)):
-            for a, b in enumerate(perm):
-                ra, rb = find(a), find(b)
-                if ra != rb:
-                    rep[max(ra, rb)] = min(ra, rb)
+    for perm, _ in _fixing(_machine_symmetries(problem, idx, sizes=()), held):
+        for a, b in enumerate(perm):
+            ra, rb = find(a), find(b)
+            if ra != rb:
+                rep[max(ra, rb)] = min(ra, rb)
     return [find(a) for a in range(len(idx))]
 
 
-_MAX_SYMMETRIC_MACHINE = 8  # larger machines: no symmetry reduction inside a machine
+_MAX_SYMMETRIC_MACHINE = 8  # larger machines: only twin swaps (:func:`_machine_symmetries`)
 _SymKey = tuple[int, bool, tuple[int, ...]]
-_SYMMETRIES: weakref.WeakKeyDictionary[Topology, dict[_SymKey, list[tuple[list[int], list[int]]]]]
+_SYMMETRIES: weakref.WeakKeyDictionary[Topology, dict[_SymKey, list[_Symmetry]]]
 _SYMMETRIES = weakref.WeakKeyDictionary()
 
 
 def _machine_symmetries(
     problem: Problem, idx: list[int], sizes: tuple[int, ...] | None = None
-) -> list[tuple[list[int], list[int]]]:
+) -> list[_Symmetry]:
     r"""Involutions :math:`\pi` of a machine's local GPU positions (``idx``) that preserve
     everything a placement's value reads inside the machine: the ring cost of every GPU set
     a gang of the problem can hold there (every size of its multi-GPU jobs that fit a
@@ -442,7 +457,7 @@ def _machine_symmetries(
             if h in local:
                 share[a][local[h]] = m
     if n > _MAX_SYMMETRIC_MACHINE:  # twins only: (a b) keeps every mask
-        twin_swaps: list[tuple[list[int], list[int]]] = []
+        twin_swaps: list[_Symmetry] = []
         for a in range(n):
             for b in range(a + 1, n):
                 if all(share[a][c] == share[b][c] for c in range(n) if c not in (a, b)):
@@ -454,7 +469,7 @@ def _machine_symmetries(
     masks = [m for m in range(1 << n) if m.bit_count() in sizes]
     cost = {m: round(problem.comm_cost([idx[b] for b in range(n) if m >> b & 1]), 12)
             for m in masks}
-    found: list[tuple[list[int], list[int]]] = []
+    found: list[_Symmetry] = []
     perm = list(range(n))
 
     def check() -> None:
@@ -484,7 +499,7 @@ def _machine_symmetries(
     pair_up(0)
     found.sort(key=lambda f: sum(1 for a, b in enumerate(f[0]) if a < b))
     twins: set[tuple[int, int]] = set()
-    kept: list[tuple[list[int], list[int]]] = []
+    kept: list[_Symmetry] = []
     for p, image in found:
         pairs = {(a, b) for a, b in enumerate(p) if a < b}
         if len(pairs) == 1:
@@ -509,13 +524,7 @@ def _gang_orbits(
     :math:`\pi` of placing it on :math:`c` (up to swapping single jobs of one type): every
     completion of one has a completion of the other with the same value, so one is enough.
     """
-    t, where, res = problem.inst_type, st.where, problem.reserved
-
-    def holds(g: int) -> tuple[object, ...]:
-        occ = st.occ[g]
-        gangs = tuple(sorted(k for k in occ if len(where[k] or ()) > 1))
-        return (res[g], tuple(sorted(t[k] for k in occ if len(where[k] or ()) <= 1)), gangs)
-
+    holds = _holdings(problem, st)
     gens: dict[str, list[list[int]]] = {}
     seen: set[tuple[str, int]] = set()
     out: list[tuple[int, ...]] = []
@@ -534,8 +543,7 @@ def _gang_orbits(
             idx = problem.machines[machine]
             held = [holds(g) for g in idx]
             maps = gens[machine] = [
-                image for perm, image in _machine_symmetries(problem, idx)
-                if all(held[a] == held[b] for a, b in enumerate(perm))
+                image for _, image in _fixing(_machine_symmetries(problem, idx), held)
             ]
         orbit = {mask}
         todo = [mask]
