@@ -248,7 +248,12 @@ def test_a_tampered_model_is_a_one_line_error(
 
 @pytest.mark.parametrize(
     ("split", "kind"),
-    [(["--holdout-frac", "0.4"], "random_runs"), (["--cold-jobs", "1"], "cold_start")],
+    # The peers (with the peers extra, a dev dependency) on one split; --no-peers on the
+    # other, which leaves them out of the JSON.
+    [
+        (["--holdout-frac", "0.4", "--no-peers"], "random_runs"),
+        (["--cold-jobs", "1"], "cold_start"),
+    ],
 )
 def test_evaluate_prints_json(
     capsys: pytest.CaptureFixture[str],
@@ -280,6 +285,11 @@ def test_evaluate_prints_json(
     assert result["split"]["kind"] == kind and result["data"] == "toy"
     assert result["best_baseline"] in result["baselines"]
     assert {"mae", "coverage_90", "interval_width_90"} <= set(result["model"])
+    if "--no-peers" in split:
+        assert "peers" not in result and "best_peer" not in result
+    else:
+        assert set(result["peers"]) == {"soft_impute", "boosted_trees", "ebm"}
+        assert result["best_peer"] in result["peers"]
     assert out.read_text() == text
     assert sorted(p.name for p in tmp_path.iterdir()) == ["eval.json"]
 
@@ -437,9 +447,11 @@ def test_fit_and_evaluate_take_job_families(
         "--steps",
         EVAL_STEPS,
         # What is checked is how families pass through the commands: one restart each (the
-        # default mixture's restarts are tests/model/test_restarts.py's).
+        # default mixture's restarts are tests/model/test_restarts.py's), and no peers (their
+        # families are tests/model/test_peers.py's).
         "--restarts",
         "1",
+        "--no-peers",
         "--quiet",
     )
     assert (code, err) == (0, "")

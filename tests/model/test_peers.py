@@ -110,6 +110,37 @@ def test_tree_peers_are_seeded() -> None:
     np.testing.assert_array_equal(a, b)
 
 
+def test_the_ebm_is_bounded_on_few_pairs_and_left_at_its_defaults_on_many(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # On a few pairs the EBM's early stopping can fail to stop (a 4-job synthetic set of 20
+    # pairs ran one bag to its 50,000-round cap, 5.5 minutes): fewer than EBM_SMALL_PAIRS
+    # pairs get EBM_SMALL_ROUNDS rounds; more keep interpret's defaults, so Gavel's and
+    # Lucid's figures are the EBM's own. The estimator is recorded, not fitted.
+    import interpret.glassbox
+
+    from interplace.model import _peers
+
+    made: list[dict[str, Any]] = []
+
+    class Recorder:
+        def __init__(self, **kwargs: Any) -> None:
+            made.append(kwargs)
+
+        def fit(self, x: Any, y: Any) -> None:
+            pass
+
+    monkeypatch.setattr(interpret.glassbox, "ExplainableBoostingRegressor", Recorder)
+    small = synthetic(4, seed=0, samples_per_run=2)
+    assert len(pair_rows(small)) < _peers.EBM_SMALL_PAIRS
+    fit_ebm(small, seed=0)
+    monkeypatch.setattr(_peers, "EBM_SMALL_PAIRS", len(pair_rows(small)))
+    fit_ebm(small, seed=0)
+    assert made[0]["max_rounds"] == _peers.EBM_SMALL_ROUNDS
+    assert "max_rounds" not in made[1]
+    assert {k: v for k, v in made[0].items() if k != "max_rounds"} == made[1]
+
+
 def test_a_missing_extra_is_reported_not_raised() -> None:
     def missing(train: CoLocationData, families: Any, seed: int) -> Any:
         raise InputError("the X peer needs x: pip install 'interplace[peers]'")
