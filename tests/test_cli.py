@@ -125,14 +125,20 @@ def test_plot_with_a_bad_suffix_or_directory_fails_cleanly(
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, str, Path]:
-    """One default ``interplace demo`` (a full fit, ~15 s) shared by the demo tests."""
+    """One ``interplace demo`` shared by the demo tests, its fit cut at 600 steps a restart.
+
+    The default fit runs until its loss settles (about 2,000 steps a restart on this split,
+    75 s for the whole demo on 2 cores); 600 steps take the demo to about 35 s and still fit
+    every check below (held-out MAE 0.069 against the default's 0.059, the best baseline's
+    0.160). ``.ci/run`` runs the default demo itself, as the README gives it.
+    """
     import contextlib
     import io
 
     out_dir = tmp_path_factory.mktemp("demo")
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        code = main(["demo", "--out", str(out_dir)])
+        code = main(["demo", "--out", str(out_dir), "--steps", "600"])
     return code, stdout.getvalue(), stderr.getvalue(), out_dir
 
 

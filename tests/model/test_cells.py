@@ -128,8 +128,9 @@ def test_an_unmeasured_pair_gets_its_prior_mean_and_spread(
         samples=small_data.samples.loc[~small_data.samples["run_id"].isin(drop)]
         .reset_index(drop=True),
     )
+    # One restart: the stage is what is checked (the mixture's is the next tests').
     model = fit(data, seed=0, steps=SMALL_STEPS, min_steps=SMALL_STEPS,
-                hyper=Hyper(measure_noise=1e-6), workers=2)
+                hyper=Hyper(measure_noise=1e-6), restarts=1)
     pairs = model.measured
     assert pairs is not None
     assert 0 not in set(pairs.job.tolist()) | set(pairs.co.tolist())
@@ -263,7 +264,7 @@ def test_the_training_pairs_are_reproduced_where_the_structure_cannot_explain_th
     # measured pair lies within a few measurement-noise units of the measured mean; without
     # it the misfit stays (the pair effect's spread is 0.3 on the log scale).
     data = synthetic(6, seed=4, samples_per_run=4, pair_rank=2, pair_scale=0.3)
-    model = fit(data, seed=0, steps=SMALL_STEPS, min_steps=SMALL_STEPS, rank=0, workers=2)
+    model = fit(data, seed=0, steps=SMALL_STEPS, min_steps=SMALL_STEPS, rank=0, restarts=1)
     m = model.measured
     assert m is not None
     jobs = model.jobs

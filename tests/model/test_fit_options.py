@@ -92,6 +92,8 @@ class _PyroSVI:
                 group["lr"] *= factor
 
 
+@pytest.mark.slow  # four 250-step fits, two through Pyro's SVI: about 40 s; the direct
+# ELBO's step-by-step checks below run by default
 def test_the_lean_svi_step_gives_pyros_numbers_bit_for_bit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

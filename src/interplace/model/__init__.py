@@ -257,7 +257,7 @@ What it answers
 
 >>> from interplace.datasets import synthetic
 >>> data = synthetic(4, seed=0, samples_per_run=5)
->>> model = fit(data, seed=0, steps=300, min_steps=300)
+>>> model = fit(data, seed=0, steps=100, min_steps=100)
 >>> p = model.posterior_speed([Query("job0", ("job1",)), Query("job0", ("job1", "job2"))])
 >>> bool(p.mean[1] <= p.mean[0])  # another co-runner never speeds a job up
 True

@@ -653,7 +653,7 @@ def fit(
     tqdm bar on stderr.
 
     >>> from interplace.datasets import synthetic
-    >>> m = fit(synthetic(4, seed=0, samples_per_run=4), seed=0, steps=300, min_steps=300)
+    >>> m = fit(synthetic(4, seed=0, samples_per_run=4), seed=0, steps=100, min_steps=100)
     >>> m.jobs
     ('job0', 'job1', 'job2', 'job3')
     >>> m2 = fit(synthetic(4, seed=0, samples_per_run=4), seed=0, steps=100, min_steps=100,

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -107,6 +108,8 @@ def test_the_same_seed_gives_the_same_trials(space: Space, seed: int) -> None:
     assert a.trials == b.trials
 
 
+@pytest.mark.slow  # about 65 s (three tuner runs an example); test_tuner.py's resume test
+# checks the same on one space in the default run
 @FEW
 @given(space=spaces(), seed=st.integers(0, 2**16), stop=st.integers(1, 4))
 def test_resuming_continues_rather_than_restarts(space: Space, seed: int, stop: int) -> None:
