@@ -306,7 +306,7 @@ def test_demo_refuses_an_unwritable_out_before_fitting(
     if os.geteuid() != 0:  # root writes anywhere, so a read-only directory stops only others
         locked = tmp_path / "locked"
         locked.mkdir(mode=0o500)
-        cases.append((locked, "cannot write to output directory"))
+        cases.append((locked, "cannot write to --out directory"))
     for out_dir, message in cases:
         code, out, err = run(capsys, "demo", "--out", str(out_dir))
         assert code == 2 and out == ""

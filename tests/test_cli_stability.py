@@ -36,8 +36,7 @@ def test_stability_prints_the_summary_and_writes_json_and_plots(
     capsys: pytest.CaptureFixture[str], toy: Path, tmp_path: Path
 ) -> None:
     out_json = tmp_path / "report.json"
-    plots = tmp_path / "plots"
-    plots.mkdir()
+    plots = tmp_path / "figures" / "stability"  # a results folder: created with its parents
     code, out, err = run(
         capsys,
         "stability",
@@ -73,10 +72,10 @@ def test_stability_refuses_bad_input_in_one_line_before_fitting(
     assert_one_line_error(code, out, err, "drop_samples needs counter samples")
     code, out, err = run(capsys, *base, "--out", str(tmp_path / "no" / "r.json"))
     assert_one_line_error(code, out, err, "output directory does not exist")
-    code, out, err = run(capsys, *base, "--plot", str(tmp_path / "nowhere"))
-    assert_one_line_error(code, out, err, "nowhere does not exist")
     code, out, err = run(capsys, *base, "--plot", str(toy / "runs.csv"))
-    assert_one_line_error(code, out, err, "runs.csv is not a directory")
+    assert_one_line_error(code, out, err, "runs.csv exists and is not a directory")
+    code, out, err = run(capsys, *base, "--plot", str(toy / "runs.csv" / "plots"))
+    assert_one_line_error(code, out, err, "Not a directory")
     code, out, err = run(capsys, "stability", "--runs", str(tmp_path / "missing.csv"))
     assert code == 2 and out == "" and err.startswith("interplace: error: ")
     assert not list(tmp_path.iterdir())

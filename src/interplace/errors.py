@@ -187,6 +187,35 @@ def check_replaceable_dir(
     return target
 
 
+def prepare_output_dir(path: str | os.PathLike[str], name: str) -> Path:
+    """Create a folder of results with its parents and check that it takes files; returns it.
+
+    Commands that write a folder of results (``demo --out``, the ``--plot`` folders of
+    ``simulate`` and ``stability``) call this before their slow part, so a path that cannot
+    hold the results fails at once; ``name`` is the option, for the message.
+
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp()) / "new" / "plots"
+    >>> prepare_output_dir(d, "--plot").is_dir()
+    True
+    >>> _ = (d / "f").write_text("x")
+    >>> prepare_output_dir(d / "f", "--plot")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: --plot .../f exists and is not a directory
+    """
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{name} {out} exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        raise InputError(f"cannot write to {name} directory {out}: {exc.strerror}") from exc
+    return out
+
+
 def check_output_file(path: str | os.PathLike[str]) -> Path:
     """Refuse an output file path that could not be written later; returns it as a Path.
 

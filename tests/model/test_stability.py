@@ -182,8 +182,11 @@ def test_plot_writes_two_pngs(report: StabilityReport, tmp_path: Path) -> None:
     assert sorted(p.name for p in paths) == ["stability_jobs.png", "stability_moves.png"]
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    with pytest.raises(InputError, match=r"plot directory .* does not exist"):
-        report.plot(tmp_path / "missing")
+    # A results folder is created with its parents (as the simulator's plots are).
+    made = report.plot(tmp_path / "new" / "plots")
+    assert [p.parent for p in made] == [tmp_path / "new" / "plots"] * 2
+    with pytest.raises(InputError, match=r"plot directory .* exists and is not a directory"):
+        report.plot(paths[0])
 
 
 def test_the_same_seed_gives_the_same_report_and_workers_do_not_matter(

@@ -184,6 +184,24 @@ def test_cli_errors(args: list[str], message: str, capsys: pytest.CaptureFixture
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
 
 
+def test_cli_refuses_a_plot_folder_it_could_not_write_before_simulating(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a_file = tmp_path / "taken"
+    a_file.write_text("keep me")
+    for plot, message in [
+        (a_file, "exists and is not a directory"),
+        (a_file / "plots", "Not a directory"),
+    ]:
+        code = main(["simulate", "--jobs", "4", "--plot", str(plot)])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    code = main(["simulate", "--jobs", "4", "--seeds", "2", "--plot", str(tmp_path / "p")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--plot draws one simulation" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+
+
 def test_interval_ticks_do_not_use_up_the_event_budget() -> None:
     # Ticks every 5 s over a few hours of waiting: far more ticks than 20 events a job.
     truth = ground_truth("gavel-v100")

@@ -17,7 +17,7 @@ from interplace.cli._common import (
     fit_workers,
     summary,
 )
-from interplace.errors import InputError, atomic_write
+from interplace.errors import atomic_write, prepare_output_dir
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,8 +28,6 @@ __all__ = ["register"]
 
 
 def _run(args: argparse.Namespace) -> int:
-    import tempfile
-
     import numpy as np
     import pandas as pd
 
@@ -48,16 +46,8 @@ def _run(args: argparse.Namespace) -> int:
     from interplace.topology.nvsmi import to_nvidia_smi
     from interplace.topology.plot import plot_topology
 
-    out = Path(args.out)
     # Fail before the slow fit when the outputs could not be written afterwards.
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out} exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
-    try:
-        with tempfile.TemporaryFile(dir=out):
-            pass
-    except OSError as exc:
-        raise InputError(f"cannot write to output directory {out}: {exc.strerror}") from exc
+    out = prepare_output_dir(args.out, "--out")
     w = sys.stdout.write
     w(
         "interplace demo: a built-in machine's shared resources, then the interference model\n"

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from interplace.cli._common import Subparsers, cpu_workers, int_at_least, positive_number
-from interplace.errors import InputError
+from interplace.errors import InputError, prepare_output_dir
 
 if TYPE_CHECKING:
     from interplace.simulate._run import SimConfig
@@ -32,8 +32,6 @@ def _run(args: argparse.Namespace) -> int:
         raise InputError(f"trace {trace} is a directory, not a file")
     if trace not in ("synthetic", "philly") and not Path(trace).is_file():
         raise InputError(f"no such trace file: {trace} (or use synthetic, philly)")
-    if args.plot is not None and Path(args.plot).exists() and not Path(args.plot).is_dir():
-        raise InputError(f"--plot {args.plot} exists and is not a directory")
     seeds = [args.seed] if args.seeds is None else list(range(args.seed, args.seed + args.seeds))
     configs = [
         SimConfig(trace=trace, ground_truth=args.ground_truth, topology=args.topology,
@@ -41,6 +39,10 @@ def _run(args: argparse.Namespace) -> int:
                   trace_format=args.trace_format, interval_s=args.interval)
         for s in seeds
     ]
+    if args.plot is not None:
+        if len(configs) > 1 or args.ray:
+            raise InputError("--plot draws one simulation: drop --seeds/--ray to plot")
+        prepare_output_dir(args.plot, "--plot")
     if len(configs) == 1 and not args.ray:
         from tqdm.auto import tqdm
 
@@ -55,8 +57,6 @@ def _run(args: argparse.Namespace) -> int:
         if args.plot is not None:
             plot_results(results, args.plot)
     else:
-        if args.plot is not None:
-            raise InputError("--plot draws one simulation: drop --seeds/--ray to plot")
         metrics = sweep(configs, ray=args.ray)
     summary = _median(metrics)
     if args.json:

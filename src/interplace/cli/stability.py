@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import IO, cast
 
 from interplace.cli._common import (
@@ -14,7 +13,7 @@ from interplace.cli._common import (
     int_at_least,
     read_data,
 )
-from interplace.errors import InputError, atomic_write, check_output_file
+from interplace.errors import atomic_write, check_output_file, prepare_output_dir
 
 __all__ = ["register"]
 
@@ -31,10 +30,7 @@ def _run(args: argparse.Namespace) -> int:
     from interplace.model import stability
 
     out = None if args.out is None else check_output_file(args.out)
-    plot_dir = None if args.plot is None else Path(args.plot)
-    if plot_dir is not None and not plot_dir.is_dir():
-        why = "is not a directory" if plot_dir.exists() else "does not exist"
-        raise InputError(f"plot directory {plot_dir} {why}")
+    plot_dir = None if args.plot is None else prepare_output_dir(args.plot, "--plot")
     topology = None
     if args.topology is not None:
         from interplace.topology import load

@@ -316,14 +316,15 @@ class StabilityReport:
     def plot(self, directory: str | os.PathLike[str]) -> list[Path]:
         """Write ``stability_moves.png`` (each refit's median and largest ``|z|`` per
         perturbation) and ``stability_jobs.png`` (each job's move per perturbation, the
-        threshold marked) into ``directory`` (which must exist); returns their paths."""
+        threshold marked) into ``directory`` (created with its parents); returns their
+        paths."""
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
 
         out = Path(directory)
-        if not out.is_dir():
-            why = "is not a directory" if out.exists() else "does not exist"
-            raise InputError(f"plot directory {out} {why}")
+        if out.exists() and not out.is_dir():
+            raise InputError(f"plot directory {out} exists and is not a directory")
+        out.mkdir(parents=True, exist_ok=True)
         perts = [p for p in self.perturbations if any(r.perturbation == p for r in self.replicates)]
         paths = [out / "stability_moves.png", out / "stability_jobs.png"]
 
