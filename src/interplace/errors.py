@@ -192,17 +192,18 @@ def prepare_output_dir(path: str | os.PathLike[str], name: str) -> Path:
 
     Commands that write a folder of results (``demo --out``, the ``--plot`` folders of
     ``simulate`` and ``stability``) call this before their slow part, so a path that cannot
-    hold the results fails at once; ``name`` is the option, for the message.
+    hold the results fails at once; ``name`` names the folder in messages (``"--plot
+    directory"``). A failure is an :class:`InputError`.
 
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp()) / "new" / "plots"
-    >>> prepare_output_dir(d, "--plot").is_dir()
+    >>> prepare_output_dir(d, "--plot directory").is_dir()
     True
     >>> _ = (d / "f").write_text("x")
-    >>> prepare_output_dir(d / "f", "--plot")  # doctest: +ELLIPSIS
+    >>> prepare_output_dir(d / "f", "--plot directory")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    interplace.errors.InputError: --plot .../f exists and is not a directory
+    interplace.errors.InputError: --plot directory .../f exists and is not a directory
     """
     out = Path(path)
     if out.exists() and not out.is_dir():
@@ -212,7 +213,7 @@ def prepare_output_dir(path: str | os.PathLike[str], name: str) -> Path:
         with tempfile.TemporaryFile(dir=out):
             pass
     except OSError as exc:
-        raise InputError(f"cannot write to {name} directory {out}: {exc.strerror}") from exc
+        raise InputError(f"cannot write to {name} {out}: {exc.strerror}") from exc
     return out
 
 

@@ -47,7 +47,7 @@ def _run(args: argparse.Namespace) -> int:
     from interplace.topology.plot import plot_topology
 
     # Fail before the slow fit when the outputs could not be written afterwards.
-    out = prepare_output_dir(args.out, "--out")
+    out = prepare_output_dir(args.out, "--out directory")
     w = sys.stdout.write
     w(
         "interplace demo: a built-in machine's shared resources, then the interference model\n"

@@ -42,7 +42,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         if len(configs) > 1 or args.ray:
             raise InputError("--plot draws one simulation: drop --seeds/--ray to plot")
-        prepare_output_dir(args.plot, "--plot")
+        prepare_output_dir(args.plot, "--plot directory")
     if len(configs) == 1 and not args.ray:
         from tqdm.auto import tqdm
 

@@ -30,7 +30,7 @@ def _run(args: argparse.Namespace) -> int:
     from interplace.model import stability
 
     out = None if args.out is None else check_output_file(args.out)
-    plot_dir = None if args.plot is None else prepare_output_dir(args.plot, "--plot")
+    plot_dir = None if args.plot is None else prepare_output_dir(args.plot, "--plot directory")
     topology = None
     if args.topology is not None:
         from interplace.topology import load

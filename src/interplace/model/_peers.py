@@ -82,9 +82,11 @@ MIN_SPEED = 0.01
 """Floor of a peer's pair prediction (a speed is positive)."""
 EBM_SMALL_PAIRS = 200
 """Below this many training pairs the EBM's validation split holds under 30 of them, few
-enough that its boosting can fit them ever more closely and never stop early: synthetic data
-of 20-42 pairs ran one bag in four, or two, to the 50,000-round cap. Gavel's and Lucid's
-splits (428 pairs and more) stop by themselves and are fitted with the EBM's defaults."""
+enough that its boosting can fit them ever more closely and never stop early: on synthetic
+data of 20-42 pairs (seeds 0-4, main effects capped at 5,000 rounds to see it) one bag in
+four, sometimes two, ran to the cap; from 56 pairs on every bag stopped by itself. Gavel's
+and Lucid's splits (428 pairs and more) stop by themselves and are fitted with the EBM's
+defaults."""
 EBM_SMALL_ROUNDS = 2000
 """The EBM's rounds per stage below :data:`EBM_SMALL_PAIRS` pairs (its default is 50,000;
 the main-effect stage of a bag that does stop early ends after 600-2,200 rounds on these

@@ -98,7 +98,14 @@ from tqdm.auto import tqdm
 
 from interplace._parallel import spawn_map
 from interplace.datasets.runs import CoLocationData
-from interplace.errors import InputError, atomic_write, check_seed, is_int, is_real
+from interplace.errors import (
+    InputError,
+    atomic_write,
+    check_seed,
+    is_int,
+    is_real,
+    prepare_output_dir,
+)
 from interplace.model._data import FamilySpec, select_mode
 from interplace.model._evaluate import colocated_rows, holdout_split, row_queries, score
 from interplace.model._fit import fit
@@ -321,10 +328,7 @@ class StabilityReport:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
 
-        out = Path(directory)
-        if out.exists() and not out.is_dir():
-            raise InputError(f"plot directory {out} exists and is not a directory")
-        out.mkdir(parents=True, exist_ok=True)
+        out = prepare_output_dir(directory, "plot directory")
         perts = [p for p in self.perturbations if any(r.perturbation == p for r in self.replicates)]
         paths = [out / "stability_moves.png", out / "stability_jobs.png"]
 
