@@ -918,12 +918,12 @@ class Problem:
         for g in self.hosts(st, i):
             # A GPU's standing changes only with its own or a neighbour's jobs: their versions
             # key it, as they key the speed queries (key).
-            nbrs = self.nbrs[g]
             vk = self._versions(st, g)
             hit = standing.get(g)
             if hit is not None and hit[0] == vk:
                 sig = hit[1]
             else:
+                nbrs = self.nbrs[g]
                 sig = (
                     tuple(sorted(t[k] for k in st.occ[g])),
                     tuple((m, tuple(sorted(t[k] for k in st.occ[h]))) for h, m in nbrs),

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from interplace._parallel import spawn_map
-from interplace.errors import InputError, atomic_write
+from interplace.errors import InputError, atomic_write, prepare_output_dir
 from interplace.simulate._policies import MODEL_FREE, SIM_POLICIES, make_scheduler
 from interplace.simulate._sim import GroundTruth, SimResult, ground_truth, simulate
 from interplace.simulate._workload import (
@@ -140,13 +140,13 @@ def sweep(
 
 def plot_results(results: dict[str, SimResult], directory: str | os.PathLike[str]) -> list[Path]:
     """``jct_cdf.png`` (JCT CDF per policy) and ``timeline.png`` (queue length and GPU
-    utilisation over time per policy) into ``directory`` (created), written atomically."""
+    utilisation over time per policy) into ``directory`` (created with its parents), written
+    atomically."""
     import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_output_dir(directory, "plot directory")
     fig = Figure(figsize=(7, 4.5))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
