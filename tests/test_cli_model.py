@@ -360,7 +360,7 @@ def test_fit_refuses_bad_outputs_and_topologies_before_fitting(
         ),
         (["fit", "--runs", "r.csv", "--out", "m", "--temper", "inf"], "argument --temper"),
         (
-            ["evaluate", "--runs", "r.csv", "--workers", "0"],
+            ["fit", "--runs", "r.csv", "--out", "m", "--workers", "0"],
             "argument --workers: must be an integer >= 1, not '0'",
         ),
         (
@@ -554,7 +554,7 @@ def test_fit_takes_restarts_and_temper(
 ) -> None:
     out, loaded = _fit_with(
         capsys, fitted, tmp_path / "model", "--restarts", "2", "--temper", "1.5",
-        "--workers", "2", "--steps", STEPS, "--quiet",
+        "--steps", STEPS, "--quiet",
     )
     assert "over 2 restarts" in out
     assert loaded.components == 2

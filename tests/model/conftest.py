@@ -22,7 +22,7 @@ def small_data() -> CoLocationData:
 def small_model(small_data: CoLocationData) -> InterferenceModel:
     # The default mixture's four restarts in two processes: the same model bit for bit
     # (test_restarts.py), in about half the wall time on two cores.
-    return fit(small_data, seed=0, steps=SMALL_STEPS, min_steps=SMALL_STEPS, workers=2)
+    return fit(small_data, seed=0, steps=SMALL_STEPS, min_steps=SMALL_STEPS)
 
 
 @pytest.fixture(scope="session")

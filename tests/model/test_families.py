@@ -145,9 +145,8 @@ def test_a_cold_job_borrows_its_family() -> None:
     data, _ = _family_data(0)
     # 600 steps: the families' levels are far apart, so a short fit tells them apart (on
     # seeds 0-2 a3's prediction was 0.61-0.64 with families and 0.76-0.99 without).
-    # workers=2: the same models bit for bit (test_restarts.py), faster on two cores.
-    plain = fit(data, seed=0, steps=600, workers=2)
-    with_family = fit(data, seed=0, steps=600, family="model", workers=2)
+    plain = fit(data, seed=0, steps=600)
+    with_family = fit(data, seed=0, steps=600, family="model")
     queries = [Query("a3", (b,)) for b in ("b0", "b1", "b2", "b3")]
     cold_plain = float(plain.posterior_speed(queries).mean.mean())
     cold_family = float(with_family.posterior_speed(queries).mean.mean())

@@ -45,7 +45,7 @@ def cases() -> list[Case]:
                          samples_per_run=10)
         # Two worker processes for the four restarts: the same model bit for bit
         # (test_restarts.py), in about half the wall time on two cores.
-        out.append(Case(data, fit(data, seed=0, workers=2)))
+        out.append(Case(data, fit(data, seed=0)))
     return out
 
 
@@ -116,7 +116,7 @@ def test_the_pair_term_beats_the_mechanism_alone_on_held_out_pairs() -> None:
     y = test["speed"].to_numpy()
     mae = {}
     for rank in (0, DEFAULT_RANK):
-        model = fit(train, seed=0, rank=rank, workers=2)
+        model = fit(train, seed=0, rank=rank)
         mae[rank] = float(np.abs(model.posterior_speed(row_queries(test)).mean - y).mean())
     assert mae[DEFAULT_RANK] < 0.8 * mae[0], mae
 

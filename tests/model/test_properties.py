@@ -52,7 +52,7 @@ SETTINGS = settings(max_examples=80, deadline=None)
 def _fit(data: CoLocationData, seed: int = 0) -> InterferenceModel:
     # The default's four restarts in two processes: the same model bit for bit
     # (tests/model/test_restarts.py), in about 0.6 of the wall time on two cores.
-    return fit(data, seed=seed, steps=STEPS, min_steps=STEPS, workers=2)
+    return fit(data, seed=seed, steps=STEPS, min_steps=STEPS)
 
 
 @pytest.fixture(scope="module")

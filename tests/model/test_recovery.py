@@ -65,7 +65,7 @@ def _case(seed: int) -> Case:
     train, test = holdout_split(data, holdout_frac=0.3, seed=0)
     # The default fit (four restarts here) in two worker processes: the same model bit for
     # bit (tests/model/test_restarts.py), in about half the wall time on two cores.
-    model = fit(train, seed=0, workers=2)
+    model = fit(train, seed=0)
     rows = _true_speeds(data)
     held = rows.loc[rows["run_id"].isin(set(test["run_id"]))].reset_index(drop=True)
     pd.testing.assert_frame_equal(held.drop(columns="true"), test)

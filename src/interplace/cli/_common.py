@@ -168,22 +168,21 @@ def add_rank_arg(p: argparse.ArgumentParser) -> None:
         metavar="LAMBDA",
         help="raise the likelihoods to this power in the fit (default: interplace.model.fit's)",
     )
-    add_workers_arg(p)
 
 
 def add_workers_arg(p: argparse.ArgumentParser) -> None:
-    """``--workers``: processes for the fit's restarts (fit, evaluate, demo)."""
+    """``--workers``: processes for ``fit --nuts``'s chains."""
     p.add_argument(
         "--workers",
         type=int_at_least(1),
         metavar="N",
-        help="run the fit's restarts in N processes, the same model bit for bit (default: one "
-        "per CPU core, at most one per restart)",
+        help="run --nuts chains in N processes, the same model bit for bit (default: one "
+        "per CPU core, at most one per chain; the SVI restarts run together in one process)",
     )
 
 
 def cpu_workers() -> int:
-    """One worker per CPU core: the CLI's default for a fit's restarts."""
+    """One worker per CPU core: the CLI's default for a fit's NUTS chains."""
     return os.cpu_count() or 1
 
 
@@ -208,8 +207,7 @@ def fit_steps(info: Mapping[str, Any]) -> str:
 def rank_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """``rank``, ``restarts`` and ``temper`` where given, ``measured=False`` for
     ``--structure-only``, ``cold_scale=False`` for ``--no-cold-scale`` and
-    ``lift_ceilings=False`` for ``--no-lift-ceilings`` (otherwise the library's defaults),
-    and ``workers`` (:func:`fit_workers`)."""
+    ``lift_ceilings=False`` for ``--no-lift-ceilings`` (otherwise the library's defaults)."""
     out: dict[str, Any] = {
         k: getattr(args, k) for k in ("rank", "restarts", "temper") if getattr(args, k) is not None
     }
@@ -219,7 +217,6 @@ def rank_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         out["cold_scale"] = False
     if args.no_lift_ceilings:
         out["lift_ceilings"] = False
-    out["workers"] = fit_workers(args)
     return out
 
 

@@ -11,10 +11,8 @@ from typing import IO, TYPE_CHECKING, Any, cast
 from interplace.cli._common import (
     Subparsers,
     add_seed_steps_args,
-    add_workers_arg,
     describe_set,
     fit_steps,
-    fit_workers,
     summary,
 )
 from interplace.errors import atomic_write, prepare_output_dir
@@ -86,7 +84,6 @@ def _run(args: argparse.Namespace) -> int:
         steps=args.steps,
         progress=sys.stderr.isatty(),
         family="model",
-        workers=fit_workers(args),
     )
     info = model.info
     w(f"fitted in {info['fit_seconds']:.1f} s ({fit_steps(info)})\n")
@@ -332,5 +329,4 @@ def register(sub: Subparsers) -> None:
         "--out", default="interplace-demo", help="output directory (default: interplace-demo)"
     )
     add_seed_steps_args(demo, "seed of the held-out split, the fit and the predictions")
-    add_workers_arg(demo)
     demo.set_defaults(func=_run)

@@ -14,7 +14,9 @@ from interplace.cli._common import (
     add_fit_args,
     add_model_data_args,
     add_rank_arg,
+    add_workers_arg,
     fit_steps,
+    fit_workers,
     int_at_least,
     rank_kwargs,
     read_data,
@@ -158,6 +160,7 @@ def _run(args: argparse.Namespace) -> int:
         mode=args.mode,
         family=args.family,
         nuts=nuts,
+        workers=fit_workers(args),
         **rank_kwargs(args),
     )
     model.save(out)
@@ -196,6 +199,7 @@ def register(sub: Subparsers) -> None:
     )
     add_fit_args(fitp)
     add_rank_arg(fitp)
+    add_workers_arg(fitp)
     fitp.add_argument(
         "--nuts",
         type=int_at_least(1),

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from interplace.cli._common import Subparsers, cpu_workers, int_at_least, positive_number
+from interplace.cli._common import Subparsers, int_at_least, positive_number
 from interplace.errors import InputError, prepare_output_dir
 
 if TYPE_CHECKING:
@@ -49,8 +49,7 @@ def _run(args: argparse.Namespace) -> int:
         bar = tqdm(total=len(policies), desc="simulate", unit="policy",
                    disable=not sys.stderr.isatty(), leave=False)
         try:
-            results = compare(configs[0], progress=lambda name: bar.update(1),
-                              workers=cpu_workers())
+            results = compare(configs[0], progress=lambda name: bar.update(1))
         finally:
             bar.close()
         metrics = [{k: v.metrics() for k, v in results.items()}]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -321,6 +322,70 @@ def restart_seed(seed: int, k: int) -> int:
     return int(np.random.SeedSequence([seed, k]).generate_state(1, np.uint32)[0])
 
 
+@contextlib.contextmanager
+def _svi_settings() -> Iterator[None]:
+    """What every SVI run here runs under: module-local parameters (the net and guide built
+    inside keep theirs), Pyro's validation off, and Pyro's NaN warning silenced.
+
+    Validation is off because Pyro's and torch's per-sample support and argument checks cost a
+    quarter of every step on Lucid (measured: 150 steps 3.6-4.1 s against 5.0-5.2 s, the same
+    losses), and guard nothing here: the inputs are checked when the observations are built,
+    and a non-finite loss raises (:class:`_Schedule`), so Pyro's own "Encountered NaN" warning
+    (issued whatever the validation setting) would only print a second line.
+    """
+    with (
+        pyro.settings.context(module_local_params=True),
+        pyro.validation_enabled(False),
+        warnings.catch_warnings(),
+    ):
+        warnings.filterwarnings("ignore", message="Encountered NaN", category=UserWarning)
+        yield
+
+
+def _start(
+    net_args: tuple[Any, ...], init_demand: torch.Tensor, seed: int, lr: float, steps: int
+) -> tuple[InterferenceNet, _Normal, _SVI]:
+    """The net, guide and optimiser of one SVI run from a start seeded by ``seed``, before
+    its first step; under :func:`_svi_settings`, with the RNG seeded by the caller."""
+    dev = init_demand.device
+    net = InterferenceNet(*net_args)
+    hyper, rank = net.hyper, net.rank
+    pair_init: dict[str, torch.Tensor] = {}
+    if rank > 0:
+        # Bilinear factors at zero are a saddle (each one's gradient is the other): start
+        # them small and scattered, seeded.
+        rng = np.random.default_rng([seed, 1])
+        pair_init = {
+            "pair_u": torch.as_tensor(
+                0.05 * rng.standard_normal((net.n_jobs, rank)), dtype=torch.float64, device=dev
+            ),
+            "pair_w": torch.as_tensor(
+                0.5 * rng.standard_normal((net.n_jobs, rank)), dtype=torch.float64, device=dev
+            ),
+            "pair_scale": torch.full(
+                (rank,), math.exp(hyper.pair_scale_loc), dtype=torch.float64, device=dev
+            ),
+        }
+    guide = _Normal(
+        net,
+        init_loc_fn=init_to_value(
+            values={
+                "log_demand": init_demand,
+                "demand_mu": torch.full_like(init_demand[0], hyper.demand_loc),
+                "demand_sd": torch.full_like(init_demand[0], math.exp(hyper.demand_scale_loc)),
+                "sens_eps": torch.zeros_like(init_demand),
+                "log_intensity": torch.zeros_like(init_demand),
+                **pair_init,
+            },
+            fallback=init_to_median(num_samples=15),
+        ),
+        init_scale=0.05,
+    )
+    # JitTrace_ELBO reads parameters from the global store, which module-local parameters
+    # bypass, so the plain ELBO it is.
+    return net, guide, _SVI(net, guide, lr, steps)
+
+
 def _svi(
     net_args: tuple[Any, ...],
     tensors: tuple[torch.Tensor, ...],
@@ -341,108 +406,232 @@ def _svi(
     ``module_local_params``); ``init_demand`` the log demand it starts from.
     """
     dev = tensors[0].device
-    losses: list[float] = []
-    stopped_early = False
-    with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
+    with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []), _svi_settings():
         torch.manual_seed(seed)
-        # Validation off for SVI: Pyro's and torch's per-sample support and argument
-        # checks cost a quarter of every step on Lucid (measured: 150 steps 3.6-4.1 s
-        # against 5.0-5.2 s, the same losses), and guard nothing here: the inputs are
-        # checked when the observations are built, and a non-finite loss raises below.
-        with (
-            pyro.settings.context(module_local_params=True),
-            pyro.validation_enabled(False),
-            warnings.catch_warnings(),
-        ):
-            # Both modules are built under the setting, so their parameters stay local.
-            net = InterferenceNet(*net_args)
-            hyper, rank = net.hyper, net.rank
-            pair_init: dict[str, torch.Tensor] = {}
-            if rank > 0:
-                # Bilinear factors at zero are a saddle (each one's gradient is the other):
-                # start them small and scattered, seeded.
-                rng = np.random.default_rng([seed, 1])
-                pair_init = {
-                    "pair_u": torch.as_tensor(
-                        0.05 * rng.standard_normal((net.n_jobs, rank)), dtype=torch.float64,
-                        device=dev,
-                    ),
-                    "pair_w": torch.as_tensor(
-                        0.5 * rng.standard_normal((net.n_jobs, rank)), dtype=torch.float64,
-                        device=dev,
-                    ),
-                    "pair_scale": torch.full(
-                        (rank,), math.exp(hyper.pair_scale_loc), dtype=torch.float64, device=dev
-                    ),
-                }
-            guide = _Normal(
-                net,
-                init_loc_fn=init_to_value(
-                    values={
-                        "log_demand": init_demand,
-                        "demand_mu": torch.full_like(init_demand[0], hyper.demand_loc),
-                        "demand_sd": torch.full_like(
-                            init_demand[0], math.exp(hyper.demand_scale_loc)
-                        ),
-                        "sens_eps": torch.zeros_like(init_demand),
-                        "log_intensity": torch.zeros_like(init_demand),
-                        **pair_init,
-                    },
-                    fallback=init_to_median(num_samples=15),
-                ),
-                init_scale=0.05,
+        net, guide, svi = _start(net_args, init_demand, seed, lr, steps)
+        rule = _Schedule(steps, min_steps, rel_tol, scale, name)
+        for step in range(steps):
+            action = rule.record(step, svi.step(*tensors), bar)
+            if action == "anneal":
+                svi.scale_lr(0.1)
+            elif action == "stop":
+                break
+        posterior = _guide_posterior(guide, net)
+    return _Run(posterior, rule.losses, rule.stopped_early)
+
+
+def _svi_batch(
+    net_args: tuple[Any, ...],
+    tensors: tuple[torch.Tensor, ...],
+    init_demands: Sequence[torch.Tensor],
+    *,
+    seeds: Sequence[int],
+    steps: int,
+    lr: float,
+    min_steps: int,
+    rel_tol: float,
+    scale: int,
+    name: str,
+    bar: Any,
+) -> list[_Run]:
+    """The SVI runs of :func:`_svi` from ``seeds`` (with ``init_demands``), stepped together.
+
+    Each run's first step is its own, through Pyro as in :func:`_svi` (it creates the guide's
+    parameters); from the second on, :class:`_BatchSVI` steps every run still going in one
+    pass (each with its own normals, learning rate and stopping rule), which costs little
+    more than one run's step where the tensors are small (four on Gavel's data: 17 ms
+    against 14 ms). Each run is then :func:`_svi`'s
+    from its seed up to rounding: the same draws and updates, with sums and products over
+    the batch summed in another order.
+    """
+    dev = tensors[0].device
+    with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []), _svi_settings():
+        starts = []
+        for seed, init_demand in zip(seeds, init_demands, strict=True):
+            torch.manual_seed(seed)
+            net, guide, svi = _start(net_args, init_demand, seed, lr, steps)
+            rule = _Schedule(steps, min_steps, rel_tol, scale, name)
+            rule.record(0, svi.step(*tensors), bar)
+            gen = torch.Generator(device=dev)
+            gen.set_state(
+                torch.cuda.get_rng_state(dev) if dev.type == "cuda" else torch.get_rng_state()
             )
-            # JitTrace_ELBO reads parameters from the global store, which module-local
-            # parameters bypass, so the plain ELBO it is.
-            svi = _SVI(net, guide, lr, steps)
-            # A NaN loss raises InputError below; Pyro's own "Encountered NaN" warning
-            # (issued whatever the validation setting) would only print a second line.
-            warnings.filterwarnings("ignore", message="Encountered NaN", category=UserWarning)
-            prev = math.inf
-            annealed = False
-            anneal_until = steps
-            for step in range(steps):
-                loss = svi.step(*tensors)
-                if not math.isfinite(loss):
-                    raise InputError(
-                        f"{name}: the fit diverged (ELBO loss {loss}) at step {step}; "
-                        "check the data for extreme values or lower --lr"
-                    )
-                losses.append(loss)
-                bar.update(1)
-                if (step + 1) % _WINDOW == 0:
-                    cur = float(np.mean(losses[-_WINDOW:]))
-                    bar.set_postfix(loss=f"{cur / scale:.4f}")
-                    if step + 1 >= min_steps and prev - cur < rel_tol * scale:
-                        if not annealed:
-                            # First plateau: settle the noisy iterates at a tenth of the
-                            # learning rate for two more windows, then stop.
-                            annealed = True
-                            svi.scale_lr(0.1)
-                            anneal_until = step + 1 + 2 * _WINDOW
-                        elif step + 1 >= anneal_until:
-                            stopped_early = step + 1 < steps
-                            bar.update(steps - step - 1)
-                            break
-                    prev = cur
-            posterior = {
-                site: (
-                    getattr(guide.locs, site).detach().to("cpu", torch.float64).clone(),
-                    getattr(guide.scales, site).detach().to("cpu", torch.float64).clone(),
-                )
-                for site in site_names(net.family is not None, rank > 0)
-            }
-    return _Run(posterior, losses, stopped_early)
+            starts.append((net, guide, svi, rule, gen))
+        batch = _BatchSVI([svi for _, _, svi, _, _ in starts], [g for *_, g in starts])
+        going = list(range(len(starts)))
+        for step in range(1, steps):
+            if not going:
+                break
+            losses = batch.step(*tensors)
+            for k in list(going):
+                action = starts[k][3].record(step, losses[k], bar)
+                if action == "anneal":
+                    batch.scale_lr(k, 0.1)
+                elif action == "stop":
+                    batch.store(k)
+                    going.remove(k)
+        for k in going:
+            batch.store(k)
+        return [
+            _Run(_guide_posterior(guide, net), rule.losses, rule.stopped_early)
+            for net, guide, _, rule, _ in starts
+        ]
 
 
-def _svi_task(task: tuple[Any, ...]) -> _Run:
-    """One restart of :func:`fit` in a worker process: :func:`_svi` on one intra-op thread
-    (as in the parent), without a progress bar (the parent's advances when it returns).
-    Module level, so that a spawned worker can run it."""
-    net_args, tensors, init_demand, kwargs = task
-    torch.set_num_threads(1)
-    with tqdm(total=0, disable=True) as bar:
-        return _svi(net_args, tensors, init_demand, bar=bar, **kwargs)
+class _BatchSVI:
+    r"""Several :class:`_SVI` runs of one net stepped together, after each one's first step.
+
+    Every guide parameter is stacked over the runs (``(B, *shape)``), and so are Adam's
+    moments; a step draws each run's normals from its own generator (site by site, as
+    :meth:`_Normal.draw` draws them from the global one), scores all runs' draws in one
+    :meth:`~interplace.model._net.InterferenceNet.log_joint_batch`, differentiates the sum of
+    the runs' negative ELBOs (each run's parameters get their own run's gradient) and applies
+    :class:`_SVI`'s update with each run's learning rate. :meth:`store` writes a run's
+    parameters back into its own guide.
+    """
+
+    def __init__(self, runs: Sequence[_SVI], generators: Sequence[torch.Generator]) -> None:
+        first = runs[0]
+        if any(not r.params or r.t != first.t for r in runs):
+            raise RuntimeError("batched SVI runs must each have taken their first step")
+        self.runs, self.generators = list(runs), list(generators)
+        self.model = first.model
+        with torch.no_grad():
+            self.params = [
+                torch.stack([r.params[i] for r in runs]).requires_grad_()
+                for i in range(len(first.params))
+            ]
+            self.m = [torch.stack([r.m[i] for r in runs]) for i in range(len(first.params))]
+            self.v = [torch.stack([r.v[i] for r in runs]) for i in range(len(first.params))]
+        self.lr = [r.lr for r in runs]
+        self.lrd, self.t = first.lrd, first.t
+        index = {id(p): i for i, p in enumerate(first.params)}
+        guide = first.guide
+        if guide._sites is None:
+            raise RuntimeError("the guide has not run")
+        self.sites = [
+            (
+                name,
+                index[id(getattr(guide.locs, name + "_unconstrained"))],
+                index[id(getattr(guide.scales, name + "_unconstrained"))],
+            )
+            for name, *_ in guide._sites
+        ]
+        self.to_scale = transform_to(guide.scale_constraint)
+        # Buffers and per-run views made once (the updates below are in place): each site's
+        # normals, Adam's denominators, and every tensor's slice of each run.
+        n = len(runs)
+        self.eps = [torch.empty_like(self.params[i]) for _, i, _ in self.sites]
+        self.eps_runs = [list(zip(e.unbind(0), self.generators, strict=True)) for e in self.eps]
+        self.denom = [torch.empty_like(v) for v in self.v]
+        self.views = (
+            [p[k] for p in self.params for k in range(n)],
+            [m[k] for m in self.m for k in range(n)],
+            [d[k] for d in self.denom for k in range(n)],
+        )
+
+    def step(self, *args: torch.Tensor) -> list[float]:
+        """One gradient step of every run; returns each run's negative ELBO."""
+        n = len(self.runs)
+        latent: dict[str, torch.Tensor] = {}
+        log_q: torch.Tensor | float = 0.0
+        for (name, i, j), eps, eps_runs in zip(self.sites, self.eps, self.eps_runs, strict=True):
+            loc, scale = self.params[i], self.to_scale(self.params[j])
+            for one, g in eps_runs:  # each run's normals from its own generator, site by site
+                one.normal_(generator=g)
+            latent[name] = loc + eps * scale
+            log_q = log_q + (-0.5 * eps**2 - scale.log() - _HALF_LOG_2PI).reshape(n, -1).sum(1)
+        objective = torch.as_tensor(log_q) - self.model.log_joint_batch(latent, *args)
+        objective.sum().backward()
+        grads = [p.grad for p in self.params if p.grad is not None]
+        if len(grads) != len(self.params):
+            raise RuntimeError("a guide parameter got no gradient from the ELBO")
+        beta1, beta2 = _SVI.BETAS
+        with torch.no_grad():
+            self.lr = [lr * self.lrd for lr in self.lr]
+            self.t += 1
+            torch._foreach_clamp_min_(grads, -_SVI.CLIP)
+            torch._foreach_clamp_max_(grads, _SVI.CLIP)
+            torch._foreach_mul_(self.m, beta1)
+            torch._foreach_add_(self.m, grads, alpha=1 - beta1)
+            torch._foreach_mul_(self.v, beta2)
+            torch._foreach_addcmul_(self.v, grads, grads, value=1 - beta2)
+            torch._foreach_copy_(self.denom, self.v)
+            torch._foreach_sqrt_(self.denom)
+            torch._foreach_add_(self.denom, _SVI.EPS)
+            # Each run's step size as _SVI computes it (the same rounding).
+            sizes = [lr * math.sqrt(1 - beta2**self.t) / (1 - beta1**self.t) for lr in self.lr]
+            torch._foreach_addcdiv_(*self.views, [-size for _ in self.params for size in sizes])
+        for p in self.params:
+            p.grad = None
+        out: list[float] = objective.detach().tolist()
+        return out
+
+    def scale_lr(self, k: int, factor: float) -> None:
+        """Multiply run ``k``'s current learning rate by ``factor``."""
+        self.lr[k] *= factor
+
+    def store(self, k: int) -> None:
+        """Write run ``k``'s parameters into its own guide."""
+        with torch.no_grad():
+            for mine, stacked in zip(self.runs[k].params, self.params, strict=True):
+                mine.copy_(stacked[k])
+
+
+def _guide_posterior(
+    guide: _Normal, net: InterferenceNet
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The guide's ``(loc, scale)`` per site, on the CPU in float64."""
+    return {
+        site: (
+            getattr(guide.locs, site).detach().to("cpu", torch.float64).clone(),
+            getattr(guide.scales, site).detach().to("cpu", torch.float64).clone(),
+        )
+        for site in site_names(net.family is not None, net.rank > 0)
+    }
+
+
+class _Schedule:
+    """The stopping rule of one SVI run (:func:`fit`): every :data:`_WINDOW` steps, once
+    ``min_steps`` have run, a window's mean loss that fell by less than ``rel_tol`` times
+    ``scale`` is a plateau; at the first the learning rate drops to a tenth for two more
+    windows (settling the noisy iterates), then the run stops."""
+
+    def __init__(self, steps: int, min_steps: int, rel_tol: float, scale: int, name: str) -> None:
+        self.steps, self.min_steps, self.rel_tol, self.scale = steps, min_steps, rel_tol, scale
+        self.name = name
+        self.losses: list[float] = []
+        self.prev = math.inf
+        self.annealed = False
+        self.anneal_until = steps
+        self.stopped_early = False
+
+    def record(self, step: int, loss: float, bar: Any) -> str | None:
+        """Take step ``step``'s loss (0-based); ``"anneal"`` when the learning rate is to drop,
+        ``"stop"`` when the run is done, else None. A non-finite loss raises InputError."""
+        if not math.isfinite(loss):
+            raise InputError(
+                f"{self.name}: the fit diverged (ELBO loss {loss}) at step {step}; "
+                "check the data for extreme values or lower --lr"
+            )
+        self.losses.append(loss)
+        bar.update(1)
+        if (step + 1) % _WINDOW:
+            return None
+        cur = float(np.mean(self.losses[-_WINDOW:]))
+        bar.set_postfix(loss=f"{cur / self.scale:.4f}")
+        action = None
+        if step + 1 >= self.min_steps and self.prev - cur < self.rel_tol * self.scale:
+            if not self.annealed:
+                self.annealed = True
+                self.anneal_until = step + 1 + 2 * _WINDOW
+                action = "anneal"
+            elif step + 1 >= self.anneal_until:
+                self.stopped_early = step + 1 < self.steps
+                bar.update(self.steps - step - 1)
+                return "stop"
+        self.prev = cur
+        return action
 
 
 def _run_all(
@@ -594,7 +783,13 @@ def fit(
     :math:`K` mean-field posteriors (``components`` of the model; the second stage is computed
     from the mixture's draws). Mean-field SVI finds one mode, and on Gavel's data different
     seeds find different ones (a split's held-out MAE moves by up to a fifth with the seed
-    alone); the mixture averages them, as pooled NUTS chains do. It costs :math:`K` fits.
+    alone); the mixture averages them, as pooled NUTS chains do. The restarts are stepped
+    together (after each one's first step, one pass over the network scores every restart's
+    draw, each with its own normals, learning rate and stopping rule): on Gavel's data a step
+    of four costs about 1.2 times one restart's (17 ms against 14 ms), and the demo's fit of
+    four restarts takes 0.42 of their time run one by one on one core (``docs/benchmarks.md``,
+    "Restarts stepped together"). Each is the restart run alone up to rounding, which SVI's
+    steps amplify: the same fit in law, not bit for bit.
     ``temper`` :math:`\lambda` fits the power posterior :math:`p(\theta)\,p(y \mid
     \theta)^{\lambda}`: both likelihoods, speeds and counters, count :math:`\lambda` times,
     which narrows each component (:math:`\lambda > 1`) so that the mixture of several is not
@@ -609,12 +804,13 @@ def fit(
     over-covers K80); a single tempered fit under-covers. On Lucid (about 4,000)
     neither the mixture nor tempering changed the accuracy, and one fit keeps its fit time
     under 30 s on two cores. ``info["restarts"]`` and ``info["temper"]`` record what ran.
-    ``workers`` > 1 runs the restarts in that many processes (at most one per restart; spawned
-    interpreters, each on one torch thread as the fit itself): the same posterior, bit for
-    bit, in about ``1 / workers`` of the wall time on as many free cores, plus a few seconds
-    to start each worker. A script that calls it so must guard its top level with
-    ``if __name__ == "__main__":`` (Python's rule for spawned processes). With ``device``
-    ``cuda`` the restarts run one after another.
+    ``workers`` > 1 runs NUTS chains (``nuts``, below) in that many processes (at most one per
+    chain; spawned interpreters, each on one torch thread as the fit itself): the same draws,
+    bit for bit, in about ``1 / workers`` of the wall time on as many free cores, plus a few
+    seconds to start each worker. A script that calls it so must guard its top level with
+    ``if __name__ == "__main__":`` (Python's rule for spawned processes). The SVI restarts
+    always run together in this process, so ``workers`` never changes the model; with
+    ``device`` ``cuda`` the chains run one after another.
 
     ``cold_scale`` (default) moves the demand of each job without co-located runs onto the
     scale the fitted jobs' demand has against their counters, keeping its pressure
@@ -727,19 +923,29 @@ def fit(
     start = time.perf_counter()
     net_args = (len(jobs), len(resources), len(counters.metrics), hyper, fam_t, n_fam, rank,
                 temper)
-    tasks: list[tuple[tuple[Any, ...], tuple[torch.Tensor, ...], torch.Tensor, dict[str, Any]]]
-    tasks = []
-    for k in range(restarts):
-        seed_k = restart_seed(seed, k)
-        init_demand = _initial_demand(counters, len(jobs), resources, hyper, seed_k)
-        tasks.append((net_args, tensors, init_demand.to(dev), {
-            "seed": seed_k, "steps": steps, "lr": lr, "min_steps": min_steps,
-            "rel_tol": rel_tol, "scale": max(len(obs) + len(counters), 1), "name": data.name,
-        }))
-    runs = _run_all(
-        tasks, lambda task, bar: _svi(*task[:3], bar=bar, **task[3]), _svi_task, workers,
-        dev.type == "cpu", steps, "fit", progress,
-    )
+    seeds = [restart_seed(seed, k) for k in range(restarts)]
+    init_demands = [
+        _initial_demand(counters, len(jobs), resources, hyper, seed_k).to(dev) for seed_k in seeds
+    ]
+    schedule: dict[str, Any] = {
+        "steps": steps, "lr": lr, "min_steps": min_steps, "rel_tol": rel_tol,
+        "scale": max(len(obs) + len(counters), 1), "name": data.name,
+    }
+    threads = torch.get_num_threads()
+    # The tensors are small: one intra-op thread is over 10x faster than a contended pool
+    # (measured: a 67x5 @ 5x5 matmul takes 16 ms with 2 busy threads, 2 us with one).
+    torch.set_num_threads(1)
+    try:
+        with tqdm(total=steps * restarts, desc="fit", unit="step", disable=not progress,
+                  leave=False) as bar:
+            if restarts == 1:
+                runs = [_svi(net_args, tensors, init_demands[0], seed=seeds[0], bar=bar,
+                             **schedule)]
+            else:
+                runs = _svi_batch(net_args, tensors, init_demands, seeds=seeds, bar=bar,
+                                  **schedule)
+    finally:
+        torch.set_num_threads(threads)
     if restarts == 1:
         posterior = runs[0].posterior
     else:

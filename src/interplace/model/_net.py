@@ -222,6 +222,7 @@ def log_speed(
     pair_u: torch.Tensor | None = None,
     pair_w: torch.Tensor | None = None,
     offset: torch.Tensor | None = None,
+    pair_z: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Log speed of each queried job next to its co-runners, shape ``(..., N)``.
 
@@ -239,7 +240,9 @@ def log_speed(
     (``(..., J, rank)``) are given, and :math:`z = 0` otherwise. ``offset`` (``(J, J)``: the
     pressure offsets :math:`c_{jk}` of :mod:`interplace.model._cells`) scales each
     co-runner's pressure further by :math:`e^{c_{j c_{nk}}}`, on every resource it shares, as
-    the pair term does. Scaling pressure, never adding to the speed, keeps the speed monotone
+    the pair term does. ``pair_z`` (``(..., J, J)``), when given, is :math:`z` itself, the
+    product :math:`u w^\\top` computed by the caller (it then takes the place of ``pair_u``
+    and ``pair_w``). Scaling pressure, never adding to the speed, keeps the speed monotone
     in the co-runners and in what they share.
     """
     batch = pressure.shape[:-2]
@@ -248,11 +251,13 @@ def log_speed(
     d_pad = torch.cat([pressure, pad], dim=-2)
     n, k = co.shape
     d_co = d_pad.index_select(-2, co.reshape(-1)).reshape(*batch, n, k, n_res)
-    if pair_u is not None and pair_w is not None:
+    if pair_z is None and pair_u is not None and pair_w is not None:
+        pair_z = pair_u @ pair_w.transpose(-1, -2)
+    if pair_z is not None:
         # e^{z} for every (job, co-runner) at once, (..., J, J + 1) with a padding column,
         # then one gather: cheaper than gathering rank-vectors per query and co-runner.
-        n_jobs = pair_u.shape[-2]
-        factor = (pair_u @ pair_w.transpose(-1, -2)).exp()
+        n_jobs = pair_z.shape[-1]
+        factor = pair_z.exp()
         factor = torch.cat([factor, factor.new_zeros(*batch, n_jobs, 1)], dim=-1)
         flat = (job.unsqueeze(-1) * (n_jobs + 1) + co).reshape(-1)
         z = factor.reshape(*batch, -1).index_select(-1, flat).reshape(*batch, n, k)
@@ -449,9 +454,24 @@ class InterferenceNet(PyroModule):
         self._story(sites, *tensors)
         return torch.as_tensor(sites.total)
 
+    def log_joint_batch(
+        self, latent: dict[str, torch.Tensor], *tensors: torch.Tensor
+    ) -> torch.Tensor:
+        r""":meth:`log_joint` of ``B`` sets of latent values at once, shape ``(B,)``: each
+        site's value in ``latent`` has a leading axis of ``B`` before the shape
+        :meth:`log_joint` takes (``log_demand`` ``(B, J, R)``, ``speed_noise`` ``(B,)``);
+        entry ``b`` is :meth:`log_joint` of the values at ``b``, up to rounding.
+
+        :func:`fit` steps its restarts together with it: where the tensors are small, one
+        pass over the story for several costs little more than one restart's.
+        """
+        sites = _BatchSites(self, latent)
+        self._story(sites, *tensors)
+        return sites.total
+
     def _story(
         self,
-        s: _PyroSites | _DirectSites,
+        s: _PyroSites | _DirectSites | _BatchSites,
         job: torch.Tensor,
         co: torch.Tensor,
         share: torch.Tensor,
@@ -464,8 +484,10 @@ class InterferenceNet(PyroModule):
         mean: torch.Tensor,
         ssd: torch.Tensor,
     ) -> None:
-        """The generative story, once, for both readers: ``s`` samples its sites with Pyro
-        (:meth:`forward`) or scores given values (:meth:`log_joint`).
+        """The generative story, once, for every reader: ``s`` samples its sites with Pyro
+        (:meth:`forward`) or scores given values (:meth:`log_joint`, or a batch of them,
+        :meth:`log_joint_batch`: every value then has a leading batch axis, which the story's
+        explicit broadcasts keep apart).
 
         The tensors (:mod:`interplace.model._data`): ``job`` ``(N,)``, ``co`` ``(N, K)``,
         ``share`` ``(N, K, R)`` and ``log_y`` ``(N,)`` the speed observations; ``member_idx``,
@@ -495,7 +517,7 @@ class InterferenceNet(PyroModule):
             with plate("family_effects", n_eff, -1):
                 family_sd = s.latent("family_sd", sd_loc, c(h.family_sd_scale))
                 with plate("families", self.n_families, -2):
-                    effect = s.latent("family_effect", zero, family_sd)
+                    effect = s.latent("family_effect", zero, family_sd.unsqueeze(-2))
             demand_off, sens_off, intensity_off, bias_off = family_centres(
                 effect, self.family, self.n_res
             )
@@ -518,17 +540,23 @@ class InterferenceNet(PyroModule):
                 "intensity_sd", c(h.intensity_sd_loc), c(h.intensity_sd_scale)
             )
             with plate("jobs", self.n_jobs, -2):
-                log_demand = s.latent("log_demand", demand_mu + demand_off, demand_sd)
+                # Explicit broadcasts (a resource's value over the jobs' axis), so that the
+                # story also scores a batch of latent values (:meth:`log_joint_batch`).
+                log_demand = s.latent(
+                    "log_demand", demand_mu.unsqueeze(-2) + demand_off, demand_sd.unsqueeze(-2)
+                )
                 sens_eps = s.latent("sens_eps", sens_off, c(1.0))
                 # Capacity taken per unit of counter-read demand: NVML utilisation is a
                 # busy-time fraction, not a capacity share, and the ratio differs by job.
-                log_intensity = s.latent("log_intensity", intensity_off, intensity_sd)
+                log_intensity = s.latent(
+                    "log_intensity", intensity_off, intensity_sd.unsqueeze(-2)
+                )
         iso_bias_scale = s.latent(
             "iso_bias_scale", c(h.iso_bias_scale_loc),
             c(h.iso_bias_scale_scale),
         )
         with plate("jobs_bias", self.n_jobs, -1):
-            iso_bias = s.latent("iso_bias", bias_off, iso_bias_scale)
+            iso_bias = s.latent("iso_bias", bias_off, iso_bias_scale.unsqueeze(-1))
         speed_noise = s.latent(
             "speed_noise", c(h.speed_noise_loc), c(h.speed_noise_scale)
         )
@@ -536,24 +564,25 @@ class InterferenceNet(PyroModule):
             metric_noise = s.latent(
                 "metric_noise", c(h.metric_noise_loc), c(h.metric_noise_scale)
             )
-        pair_u, pair_w = None, None
+        pair_z = None
         if self.rank > 0:
             with plate("pair_components", self.rank, -1):
                 pair_scale = s.latent(
                     "pair_scale", c(h.pair_scale_loc), c(h.pair_scale_scale)
                 )
                 with plate("pair_jobs", self.n_jobs, -2):
-                    pair_u = s.latent("pair_u", zero, pair_scale)
+                    pair_u = s.latent("pair_u", zero, pair_scale.unsqueeze(-2))
                     pair_w = s.latent("pair_w", zero, c(1.0))
+            pair_z = s.pair_effects(pair_u, pair_w)
         demand = log_demand.exp()
         sens = sensitivity(log_demand, sens_eps, sens_loc, sens_slope, sens_scale)
         # The likelihoods, to the power temper (each reader scales their log densities).
         if job.shape[0] > 0:
             loc = log_speed(
                 pressure(log_demand, log_intensity), sens, threshold, job, co, share,
-                pair_u, pair_w,
+                pair_z=pair_z,
             ) + reference_level(iso_bias, job, share)
-            s.speeds(dist.StudentT(c(h.speed_df), loc, speed_noise), log_y)
+            s.speeds(dist.StudentT(c(h.speed_df), loc, speed_noise.unsqueeze(-1)), log_y)
         if metric.shape[0] > 0:
             mu = counter_mean(demand, member_idx, member_n, metric_res)
             sigma = metric_noise.index_select(-1, metric)
@@ -599,6 +628,10 @@ class _PyroSites:
         value: torch.Tensor = pyro.sample(name, d(loc, scale))
         return value
 
+    @staticmethod
+    def pair_effects(u: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return u @ w.transpose(-1, -2)
+
     def speeds(self, d: dist.StudentT, log_y: torch.Tensor) -> None:
         with self.tempered, self.plate("observations", log_y.shape[0], -1):
             pyro.sample("log_speed", d, obs=log_y)
@@ -626,8 +659,46 @@ class _DirectSites:
         self.total = self.total + normal_log_density(z, loc, scale)
         return constrained(name, z)
 
+    @staticmethod
+    def pair_effects(u: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return u @ w.transpose(-1, -2)
+
     def speeds(self, d: dist.StudentT, log_y: torch.Tensor) -> None:
         self.total = self.total + self.temper * d.log_prob(log_y).sum()
 
     def counters(self, logp: torch.Tensor) -> None:
         self.total = self.total + self.temper * logp.sum()
+
+
+class _BatchSites:
+    """:meth:`InterferenceNet.log_joint_batch`'s reader: as :class:`_DirectSites`, over a
+    leading batch axis of every value, summed per batch entry into ``total`` ``(B,)``."""
+
+    def __init__(self, net: InterferenceNet, latent: dict[str, torch.Tensor]) -> None:
+        self.latent_values = latent
+        self.temper = net.temper
+        first = next(iter(latent.values()))
+        self.total = first.new_zeros(first.shape[0])
+
+    @staticmethod
+    def plate(name: str, size: int, dim: int) -> contextlib.nullcontext[None]:
+        return contextlib.nullcontext()
+
+    def latent(self, name: str, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        z = self.latent_values[name]
+        scale = scale.expand(z.shape)
+        density = -0.5 * ((z - loc) / scale) ** 2 - scale.log() - _HALF_LOG_2PI
+        self.total = self.total + density.reshape(z.shape[0], -1).sum(1)
+        return constrained(name, z)
+
+    @staticmethod
+    def pair_effects(u: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        # One product per batch entry: a batched product rounds its gradient differently
+        # from the single one :meth:`InterferenceNet.log_joint` takes.
+        return torch.stack([ub @ wb.transpose(-1, -2) for ub, wb in zip(u, w, strict=True)])
+
+    def speeds(self, d: dist.StudentT, log_y: torch.Tensor) -> None:
+        self.total = self.total + self.temper * d.log_prob(log_y).sum(-1)
+
+    def counters(self, logp: torch.Tensor) -> None:
+        self.total = self.total + self.temper * logp.sum(-1)

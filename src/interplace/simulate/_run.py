@@ -64,9 +64,9 @@ def run_workload(config: SimConfig, truth: GroundTruth, max_gpus: int) -> list[S
     return assign_types(jobs, truth.types, config.seed, multi_gpu_types=truth.multi_gpu_types)
 
 
-def _model_for(truth_spec: str, seed: int, workers: int = 1) -> tuple[Any, Any]:
-    """The model the schedulers see (fitted on 70% of the co-located runs, its restarts in
-    ``workers`` processes) and its fit pairs."""
+def _model_for(truth_spec: str, seed: int) -> tuple[Any, Any]:
+    """The model the schedulers see (fitted on 70% of the co-located runs) and its fit
+    pairs."""
     from interplace.model import fit, holdout_split
 
     if truth_spec.startswith("gavel-"):
@@ -78,7 +78,7 @@ def _model_for(truth_spec: str, seed: int, workers: int = 1) -> tuple[Any, Any]:
 
         data = CoLocationData(read_runs(truth_spec), None, Path(truth_spec).stem)
     train, _ = holdout_split(data, holdout_frac=0.3, seed=seed)
-    return fit(train, seed=seed, workers=workers), train.pairs()
+    return fit(train, seed=seed), train.pairs()
 
 
 def compare(
@@ -87,11 +87,10 @@ def compare(
     model: Any = None,
     measured: Any = None,
     progress: Callable[[str], None] | None = None,
-    workers: int = 1,
 ) -> dict[str, SimResult]:
-    """Every policy of ``config`` on the same arrivals; ``model``: fit one if None and a policy
-    reads one (its restarts in ``workers`` processes: :func:`~interplace.model.fit`); a
-    comparison of :data:`~interplace.simulate._policies.MODEL_FREE` policies alone fits none."""
+    """Every policy of ``config`` on the same arrivals; ``model``: fit one
+    (:func:`~interplace.model.fit`) if None and a policy reads one; a comparison of
+    :data:`~interplace.simulate._policies.MODEL_FREE` policies alone fits none."""
     from interplace.topology import load
 
     unknown = [p for p in config.policies if p not in SIM_POLICIES]
@@ -103,7 +102,7 @@ def compare(
                   for m in topology.machines())
     jobs = run_workload(config, truth, machine)
     if model is None and not set(config.policies) <= MODEL_FREE:
-        model, measured = _model_for(config.ground_truth, config.seed, workers)
+        model, measured = _model_for(config.ground_truth, config.seed)
     results = {}
     for name in config.policies:
         scheduler = make_scheduler(name, topology, model, truth, measured=measured,
