@@ -439,8 +439,8 @@ def _svi_batch(
     Each run's first step is its own, through Pyro as in :func:`_svi` (it creates the guide's
     parameters); from the second on, :class:`_BatchSVI` steps every run still going in one
     pass (each with its own normals, learning rate and stopping rule), which costs little
-    more than one run's step where the tensors are small (four on Gavel's data: 17 ms
-    against 14 ms). Each run is then :func:`_svi`'s
+    more than one run's step where the tensors are small (four on Gavel's data: the log
+    joint and its gradient 1.3 times one run's). Each run is then :func:`_svi`'s
     from its seed up to rounding: the same draws and updates, with sums and products over
     the batch summed in another order.
     """
@@ -785,8 +785,8 @@ def fit(
     seeds find different ones (a split's held-out MAE moves by up to a fifth with the seed
     alone); the mixture averages them, as pooled NUTS chains do. The restarts are stepped
     together (after each one's first step, one pass over the network scores every restart's
-    draw, each with its own normals, learning rate and stopping rule): on Gavel's data a step
-    of four costs about 1.2 times one restart's (17 ms against 14 ms), and the demo's fit of
+    draw, each with its own normals, learning rate and stopping rule): on Gavel's data the
+    log joint and its gradient for four cost 1.3 times one restart's, and the demo's fit of
     four restarts takes 0.42 of their time run one by one on one core (``docs/benchmarks.md``,
     "Restarts stepped together"). Each is the restart run alone up to rounding, which SVI's
     steps amplify: the same fit in law, not bit for bit.
