@@ -69,11 +69,13 @@ def test_restarts_stepped_together_follow_each_restart_run_alone(
     # the second step on; rounding grows slowly (about 1e-11 in the loss after 50 steps here;
     # SVI's steps amplify it over thousands), hence the tolerance.
     steps = 40
-    losses: dict[int, list[float]] = {}  # by schedule, in the order the runs start
+    # Each run's losses by its schedule (kept alive here, so no two runs share a key), in the
+    # order the runs start.
+    losses: dict[_fit._Schedule, list[float]] = {}
     original = _fit._Schedule.record
 
     def record(self: _fit._Schedule, step: int, loss: float, bar: object) -> str | None:
-        losses.setdefault(id(self), []).append(loss)
+        losses.setdefault(self, []).append(loss)
         return original(self, step, loss, bar)
 
     monkeypatch.setattr(_fit._Schedule, "record", record)
