@@ -145,20 +145,15 @@ class _SVI:
         grads = [p.grad for p in self.params if p.grad is not None]
         if len(grads) != len(self.params):
             raise RuntimeError("a guide parameter got no gradient from the ELBO")
-        beta1, beta2 = self.BETAS
         with torch.no_grad():
             self.lr *= self.lrd
             self.t += 1
-            torch._foreach_clamp_min_(grads, -self.CLIP)
-            torch._foreach_clamp_max_(grads, self.CLIP)
-            torch._foreach_mul_(self.m, beta1)
-            torch._foreach_add_(self.m, grads, alpha=1 - beta1)
-            torch._foreach_mul_(self.v, beta2)
-            torch._foreach_addcmul_(self.v, grads, grads, value=1 - beta2)
+            self.moments(grads, self.m, self.v)
             denom = torch._foreach_sqrt(self.v)
             torch._foreach_add_(denom, self.EPS)
-            step_size = self.lr * math.sqrt(1 - beta2**self.t) / (1 - beta1**self.t)
-            torch._foreach_addcdiv_(self.params, self.m, denom, value=-step_size)
+            torch._foreach_addcdiv_(
+                self.params, self.m, denom, value=-self.step_size(self.lr, self.t)
+            )
         for p in self.params:
             p.grad = None
         return float(objective.detach())
@@ -166,6 +161,25 @@ class _SVI:
     def scale_lr(self, factor: float) -> None:
         """Multiply the current learning rate by ``factor``."""
         self.lr *= factor
+
+    @classmethod
+    def moments(
+        cls, grads: list[torch.Tensor], m: list[torch.Tensor], v: list[torch.Tensor]
+    ) -> None:
+        """Adam's moments ``m``, ``v`` updated in place by ``grads``, clamped first (in place)."""
+        beta1, beta2 = cls.BETAS
+        torch._foreach_clamp_min_(grads, -cls.CLIP)
+        torch._foreach_clamp_max_(grads, cls.CLIP)
+        torch._foreach_mul_(m, beta1)
+        torch._foreach_add_(m, grads, alpha=1 - beta1)
+        torch._foreach_mul_(v, beta2)
+        torch._foreach_addcmul_(v, grads, grads, value=1 - beta2)
+
+    @classmethod
+    def step_size(cls, lr: float, t: int) -> float:
+        """Adam's bias-corrected step size at learning rate ``lr`` and step ``t``."""
+        beta1, beta2 = cls.BETAS
+        return lr * math.sqrt(1 - beta2**t) / (1 - beta1**t)
 
 
 class _Normal(AutoNormal):
@@ -323,9 +337,10 @@ def restart_seed(seed: int, k: int) -> int:
 
 
 @contextlib.contextmanager
-def _svi_settings() -> Iterator[None]:
-    """What every SVI run here runs under: module-local parameters (the net and guide built
-    inside keep theirs), Pyro's validation off, and Pyro's NaN warning silenced.
+def _svi_settings(dev: torch.device) -> Iterator[None]:
+    """What every SVI run here runs under: the RNG of the CPU and of ``dev`` forked (restored
+    after), module-local parameters (the net and guide built inside keep theirs), Pyro's
+    validation off, and Pyro's NaN warning silenced.
 
     Validation is off because Pyro's and torch's per-sample support and argument checks cost a
     quarter of every step on Lucid (measured: 150 steps 3.6-4.1 s against 5.0-5.2 s, the same
@@ -334,6 +349,7 @@ def _svi_settings() -> Iterator[None]:
     (issued whatever the validation setting) would only print a second line.
     """
     with (
+        torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []),
         pyro.settings.context(module_local_params=True),
         pyro.validation_enabled(False),
         warnings.catch_warnings(),
@@ -406,7 +422,7 @@ def _svi(
     ``module_local_params``); ``init_demand`` the log demand it starts from.
     """
     dev = tensors[0].device
-    with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []), _svi_settings():
+    with _svi_settings(dev):
         torch.manual_seed(seed)
         net, guide, svi = _start(net_args, init_demand, seed, lr, steps)
         rule = _Schedule(steps, min_steps, rel_tol, scale, name)
@@ -445,7 +461,7 @@ def _svi_batch(
     the batch summed in another order.
     """
     dev = tensors[0].device
-    with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []), _svi_settings():
+    with _svi_settings(dev):
         starts = []
         for seed, init_demand in zip(seeds, init_demands, strict=True):
             torch.manual_seed(seed)
@@ -546,21 +562,14 @@ class _BatchSVI:
         grads = [p.grad for p in self.params if p.grad is not None]
         if len(grads) != len(self.params):
             raise RuntimeError("a guide parameter got no gradient from the ELBO")
-        beta1, beta2 = _SVI.BETAS
         with torch.no_grad():
             self.lr = [lr * self.lrd for lr in self.lr]
             self.t += 1
-            torch._foreach_clamp_min_(grads, -_SVI.CLIP)
-            torch._foreach_clamp_max_(grads, _SVI.CLIP)
-            torch._foreach_mul_(self.m, beta1)
-            torch._foreach_add_(self.m, grads, alpha=1 - beta1)
-            torch._foreach_mul_(self.v, beta2)
-            torch._foreach_addcmul_(self.v, grads, grads, value=1 - beta2)
+            _SVI.moments(grads, self.m, self.v)
             torch._foreach_copy_(self.denom, self.v)
             torch._foreach_sqrt_(self.denom)
             torch._foreach_add_(self.denom, _SVI.EPS)
-            # Each run's step size as _SVI computes it (the same rounding).
-            sizes = [lr * math.sqrt(1 - beta2**self.t) / (1 - beta1**self.t) for lr in self.lr]
+            sizes = [_SVI.step_size(lr, self.t) for lr in self.lr]
             torch._foreach_addcdiv_(*self.views, [-size for _ in self.params for size in sizes])
         for p in self.params:
             p.grad = None
@@ -647,18 +656,24 @@ def _run_all(
     """``tasks`` run one after another here (``run_here(task, bar)``) or, with ``workers`` >
     1 on the CPU, in that many spawned processes (``run_task(task)``), torch on one intra-op
     thread either way; a tqdm bar of ``steps`` per task."""
+    with _one_thread_bar(steps * len(tasks), desc, progress) as bar:
+        if min(workers, len(tasks)) <= 1 or not on_cpu:
+            return [run_here(task, bar) for task in tasks]
+        return spawn_map(run_task, tasks, workers, done=lambda: bar.update(steps))
+
+
+@contextlib.contextmanager
+def _one_thread_bar(total: int, desc: str, progress: bool) -> Iterator[Any]:
+    """torch on one intra-op thread (restored after) and a tqdm bar of ``total`` steps."""
     threads = torch.get_num_threads()
     # The tensors are small: one intra-op thread is over 10x faster than a contended pool
     # (measured: a 67x5 @ 5x5 matmul takes 16 ms with 2 busy threads, 2 us with one).
     torch.set_num_threads(1)
-    bar = tqdm(total=steps * len(tasks), desc=desc, unit="step", disable=not progress,
-               leave=False)
     try:
-        if min(workers, len(tasks)) <= 1 or not on_cpu:
-            return [run_here(task, bar) for task in tasks]
-        return spawn_map(run_task, tasks, workers, done=lambda: bar.update(steps))
+        with tqdm(total=total, desc=desc, unit="step", disable=not progress,
+                  leave=False) as bar:
+            yield bar
     finally:
-        bar.close()
         torch.set_num_threads(threads)
 
 
@@ -931,21 +946,12 @@ def fit(
         "steps": steps, "lr": lr, "min_steps": min_steps, "rel_tol": rel_tol,
         "scale": max(len(obs) + len(counters), 1), "name": data.name,
     }
-    threads = torch.get_num_threads()
-    # The tensors are small: one intra-op thread is over 10x faster than a contended pool
-    # (measured: a 67x5 @ 5x5 matmul takes 16 ms with 2 busy threads, 2 us with one).
-    torch.set_num_threads(1)
-    try:
-        with tqdm(total=steps * restarts, desc="fit", unit="step", disable=not progress,
-                  leave=False) as bar:
-            if restarts == 1:
-                runs = [_svi(net_args, tensors, init_demands[0], seed=seeds[0], bar=bar,
-                             **schedule)]
-            else:
-                runs = _svi_batch(net_args, tensors, init_demands, seeds=seeds, bar=bar,
-                                  **schedule)
-    finally:
-        torch.set_num_threads(threads)
+    with _one_thread_bar(steps * restarts, "fit", progress) as bar:
+        if restarts == 1:
+            runs = [_svi(net_args, tensors, init_demands[0], seed=seeds[0], bar=bar,
+                         **schedule)]
+        else:
+            runs = _svi_batch(net_args, tensors, init_demands, seeds=seeds, bar=bar, **schedule)
     if restarts == 1:
         posterior = runs[0].posterior
     else:
