@@ -1,12 +1,13 @@
-"""Tests of :mod:`interplace.model._softimpute`'s winsorised biases."""
+"""Tests of :mod:`interplace.model._softimpute`'s winsorised biases and family means."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from interplace.errors import InputError
 from interplace.model import _softimpute
-from interplace.model._softimpute import biases, robust_biases
+from interplace.model._softimpute import biases, family_means, robust_biases
 
 
 def _cells(seed: int, n: int = 20) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -68,3 +69,16 @@ def test_it_converges() -> None:
     c = _softimpute.HUBER_K * 1.4826 * float(np.median(np.abs(y - fit)))
     m2, a2, b2 = biases(fit + np.clip(y - fit, -c, c), job, co, 20)
     assert float(np.max(np.abs(m2 + a2[job] + b2[co] - fit))) < 1e-5
+
+
+def test_family_means_are_ridge_means_of_each_family_pair() -> None:
+    # Family pair (0, 1): three cells of mean 0.3 -> 0.9 / (3 + 2); (1, 0): one cell -> 0.1 / 3.
+    # Cells with a job of no family (-1) count nowhere, and its row and column are zero.
+    y = np.array([0.2, 0.3, 0.4, 0.1, 5.0, 5.0])
+    fj = np.array([0, 0, 0, 1, -1, 0])
+    fk = np.array([1, 1, 1, 0, 1, -1])
+    f = family_means(y, fj, fk, 2, 2.0)
+    np.testing.assert_allclose(f, [[0.0, 0.18, 0.0], [0.1 / 3, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    assert f[fj, fk][4:].tolist() == [0.0, 0.0]
+    with pytest.raises(InputError, match="ridge"):
+        family_means(y, fj, fk, 2, 0.0)

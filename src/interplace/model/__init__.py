@@ -110,8 +110,9 @@ as noise and shrinks every measured pair toward its own prediction. So after SVI
 conjugate stage (:mod:`interplace.model._cells`, ``fit(measured=True)``, the default) gives
 each pair :math:`(j, k)` measured alone on one device an effect :math:`\delta_{jk}` on its
 log speed, :math:`\bar y_{jk} = \bar\mu_{jk} + \delta_{jk} + \bar\varepsilon_{jk}`,
-with prior mean :math:`m_{jk}` from a matrix completion of the measured residuals (biases and
-a soft-impute low-rank term, by cross-validation), spread :math:`\tau` (the misfit the
+with prior mean :math:`m_{jk}` from a matrix completion of the measured residuals (biases, a
+family-pair term in a fit with job families and a soft-impute low-rank term, by
+cross-validation), spread :math:`\tau` (the misfit the
 completion leaves) and measurement noise :math:`\sigma_m`: ``Hyper.measure_noise`` (2%), or
 the spread of the pairs measured several times where it is wider (pooled, the 2% counted as
 ten degrees of freedom: ``_cells.measurement_noise``):

@@ -20,9 +20,12 @@ A pair's effect :math:`\delta_{jk}` is what the structure misses:
 with :math:`\sigma_m` the measurement noise: ``Hyper.measure_noise`` (2%), or more where the
 pairs measured several times spread wider (:func:`measurement_noise`). The prior mean
 :math:`m_{jk}` is a completion of the measured residuals :math:`\bar y - \bar\mu` (job biases,
-winsorised as the misfit is heavy-tailed, and a soft-impute low-rank term, rank and shrinkage
-by cross-validation: :func:`complete_effects`): the misfit has structure of its own (a victim
-the mechanism under-rates against everyone, say), which carries to pairs never measured.
+winsorised as the misfit is heavy-tailed; in a fit with job families a family-pair term,
+:math:`F_{f(j) f(k)}`, the ridge mean of the residuals of the two families' pairs; and a
+soft-impute low-rank term; which terms, the rank, shrinkage and ridge by cross-validation:
+:func:`complete_effects`): the misfit has structure of its own (a victim the mechanism
+under-rates against everyone, say, or a network that slows another network's jobs more than
+the mechanism says, at every batch size), which carries to pairs never measured.
 :math:`\tau` is the misfit left after it: the structure's fitted noise scale :math:`s` times
 the completion's cross-validated error over the residuals' own, less the measurement noise,
 :math:`\tau^2 = \max(s'^2 - \sigma_m^2, (s'/10)^2)`. The posterior mean of a measured pair's
@@ -132,9 +135,17 @@ import torch
 from interplace.errors import InputError
 from interplace.model._data import Observations
 from interplace.model._net import KAPPA, _softplus, pressure, sensitivity
-from interplace.model._softimpute import LAMBDA_FRACTIONS, RANKS, fit_cells, robust_biases
+from interplace.model._softimpute import (
+    LAMBDA_FRACTIONS,
+    RANKS,
+    family_means,
+    fit_cells,
+    robust_biases,
+    soft_impute,
+)
 
 __all__ = [
+    "FAMILY_RIDGES",
     "NEIGHBOURS",
     "OFFSET_BOUND",
     "MeasuredPairs",
@@ -334,31 +345,58 @@ def measurement_noise(obs: Observations, n_jobs: int, prior: float) -> tuple[flo
     return math.sqrt(max(prior**2, pooled)), df
 
 
+FAMILY_RIDGES = (3.0, 10.0, 30.0)
+r"""The ridges :math:`\lambda_F` of the completion's family-pair term
+(:func:`~interplace.model._softimpute.family_means`) among which its cross-validation
+chooses."""
+
+
 def complete_effects(
     residual: _FloatArray, job: _IntArray, co: _IntArray, n_jobs: int, *, seed: int,
-    folds: int = 5,
+    folds: int = 5, family: _IntArray | None = None,
 ) -> tuple[_FloatArray, dict[str, Any]]:
-    """The prior mean of every pair's effect, ``(J, J)``, completed from the measured ones.
+    r"""The prior mean of every pair's effect, ``(J, J)``, completed from the measured ones.
 
-    ``residual``: ``(C,)`` each measured pair's mean log speed minus the structure's. The
-    candidates are job biases alone (``mu + a_j + b_k``, ridge 1) and biases plus a
-    soft-impute term of each rank in :data:`~._softimpute.RANKS` and shrinkage in
-    :data:`~._softimpute.LAMBDA_FRACTIONS` of the largest singular value; ``folds``-fold
-    cross-validation over the pairs (seeded) picks the one of least absolute error (with fewer
-    than ``2 * folds`` pairs there is no completion: zeros). The biases alone are fitted by
-    winsorising (:func:`~interplace.model._softimpute.robust_biases`): a pair far off the
-    rest, a run gone wrong, then moves its jobs' biases, and with them every pair of theirs
-    never measured, by a bounded amount instead of its whole distance. The low-rank candidates
-    stay least squares (winsorised, the weakly shrunk low-rank term follows the far pair
-    instead, and on clean data it fits worse: ``docs/benchmarks.md``, the nineteenth
-    session's screens). Returns the completed matrix and ``{"choice", "rank", "shrinkage",
-    "cv_mae", "cv_mae_none"}`` (``choice``: ``none``, ``biases`` or ``low-rank``).
+    ``residual``: ``(C,)`` each measured pair's mean log speed minus the structure's;
+    ``family``: ``(J,)`` each job's family index (negative: none), or None. The candidates
+    are job biases alone (``mu + a_j + b_k``, ridge 1) and biases plus a soft-impute term of
+    each rank in :data:`~._softimpute.RANKS` and shrinkage in
+    :data:`~._softimpute.LAMBDA_FRACTIONS` of the largest singular value; with families, also
+    the biases plus a family-pair term :math:`F_{f(j) f(k)}`
+    (:func:`~interplace.model._softimpute.family_means` of the residuals less the biases, ridge
+    in :data:`FAMILY_RIDGES`; zero where a job has no family), alone and with a soft-impute term
+    of the rest (each rank and shrinkage as above). ``folds``-fold cross-validation over the
+    pairs (seeded) picks the one of least absolute error (with fewer than ``2 * folds`` pairs
+    there is no completion: zeros; without families the candidates and the choice are those
+    of a fit before the family term). The biases are fitted by winsorising
+    (:func:`~interplace.model._softimpute.robust_biases`; the low-rank candidates without the
+    family term keep least-squares biases): a pair far off the rest, a run gone wrong, then
+    moves its jobs' biases, and with them every pair of theirs never measured, by a bounded
+    amount instead of its whole distance. The low-rank terms stay least squares (winsorised,
+    the weakly shrunk low-rank term follows the far pair instead, and on clean data it fits
+    worse: ``docs/benchmarks.md``, the nineteenth session's screens). The family-pair term
+    carries what jobs of one family share against another family's jobs (on Lucid, jobs of
+    one network at several batch sizes: a block structure of rank up to the number of
+    families, which a soft-impute term of low rank over ~60 jobs does not find; measured in
+    ``docs/benchmarks.md``, "Family pairs in the completion"). Returns the completed matrix
+    and ``{"choice", "rank", "shrinkage", "family_ridge", "cv_mae", "cv_mae_none"}``
+    (``choice``: ``none``, ``biases``, ``low-rank``, ``family`` or ``family+low-rank``;
+    ``family_ridge`` 0 without the family term).
+
+    >>> rng = np.random.default_rng(0)
+    >>> fam = np.repeat(np.arange(4), 3)  # 12 jobs, 4 families of 3
+    >>> block = 0.2 * rng.standard_normal((4, 4))
+    >>> job, co = np.divmod(np.arange(144), 12)
+    >>> y = block[fam[job], fam[co]] + 0.01 * rng.standard_normal(144)
+    >>> mat, info = complete_effects(y, job, co, 12, seed=0, family=fam)
+    >>> info["choice"].startswith("family"), bool(np.abs(mat[job, co] - y).mean() < 0.02)
+    (True, True)
     """
     c = residual.shape[0]
     zero = np.zeros((n_jobs, n_jobs))
     none_mae = float(np.mean(np.abs(residual))) if c else 0.0
     info: dict[str, Any] = {
-        "choice": "none", "rank": 0, "shrinkage": 0.0, "cv_mae": none_mae,
+        "choice": "none", "rank": 0, "shrinkage": 0.0, "family_ridge": 0.0, "cv_mae": none_mae,
         "cv_mae_none": none_mae,
     }
     if c < 2 * folds:
@@ -371,36 +409,76 @@ def complete_effects(
     # fitted to these pairs), so cross-validating on them understates what the completion
     # gains on pairs never measured (docs/benchmarks.md: with "none" among the candidates it
     # won on Gavel V100 seed 0 while the completion cut the held-out error by 13%).
-    grid: list[tuple[str, int, float]] = [("biases", 0, 0.0)]
-    grid += [
-        ("low-rank", rank, frac * smax)
-        for rank in RANKS if rank < n_jobs for frac in LAMBDA_FRACTIONS
-    ]
+    low_rank = [(rank, frac * smax) for rank in RANKS if rank < n_jobs for frac in LAMBDA_FRACTIONS]
+    grid: list[tuple[str, int, float, float]] = [("biases", 0, 0.0, 0.0)]
+    grid += [("low-rank", rank, lam, 0.0) for rank, lam in low_rank]
+    fam = None if family is None else np.where(np.asarray(family) >= 0, family, -1)
+    n_fam = 0 if fam is None else int(fam.max()) + 1
     fold = np.random.default_rng(seed).permutation(c) % folds
+    train = [np.flatnonzero(fold != f) for f in range(folds)] + [np.arange(c)]
+    bases: dict[int, _FloatArray] = {folds: mu + a[:, None] + b[None, :]}
+    blocks: dict[tuple[int, float], _FloatArray] = {}
+    warm: dict[tuple[int, int], _FloatArray] = {}  # the last soft-impute term per fold, rank
 
-    def fitted(kind: str, rank: int, lam: float, idx: np.ndarray[Any, Any]) -> _FloatArray:
+    def base_of(part: int) -> _FloatArray:  # robust biases of one training part, fitted once
+        if part not in bases:
+            idx = train[part]
+            m, aa, bb = robust_biases(residual[idx], job[idx], co[idx], n_jobs)
+            bases[part] = m + aa[:, None] + bb[None, :]
+        return bases[part]
+
+    def fitted(kind: str, rank: int, lam: float, ridge: float, part: int) -> _FloatArray:
+        idx = train[part]
         y, j, k = residual[idx], job[idx], co[idx]
-        if kind == "none":
-            return zero
-        if kind == "biases":
-            m, aa, bb = robust_biases(y, j, k, n_jobs)
-            return np.asarray(m + aa[:, None] + bb[None, :], dtype=float)
-        m, aa, bb, z = fit_cells(y, j, k, n_jobs, lam, rank)
-        return np.asarray(m + aa[:, None] + bb[None, :] + z, dtype=float)
+        if kind == "low-rank":
+            m, aa, bb, z = fit_cells(y, j, k, n_jobs, lam, rank)
+            return np.asarray(m + aa[:, None] + bb[None, :] + z, dtype=float)
+        base = base_of(part)
+        if kind == "biases" or fam is None:
+            return base
+        if (part, ridge) not in blocks:
+            f = family_means(y - base[j, k], fam[j], fam[k], n_fam, ridge)
+            blocks[part, ridge] = base + f[fam][:, fam]
+        full = blocks[part, ridge]
+        if kind == "family":
+            return full
+        rest = np.zeros((n_jobs, n_jobs))
+        mask = np.zeros((n_jobs, n_jobs), dtype=bool)
+        rest[j, k] = y - full[j, k]
+        mask[j, k] = True
+        # The cross-validation walks each rank's shrinkages from the largest down, each fit
+        # started at the last one's term (on a Lucid split 44% fewer SVDs than from zeros,
+        # the same choice); the final fit starts from zeros.
+        z = soft_impute(rest, mask, lam, rank, start=warm.get((part, rank)))
+        if part < folds:
+            warm[part, rank] = z
+        return np.asarray(full + z, dtype=float)
 
-    best, best_err = grid[0], math.inf
-    for option in grid:
+    def cv_error(option: tuple[str, int, float, float]) -> float:
         err = 0.0
         for f in range(folds):
             test = fold == f
-            mat = fitted(*option, np.flatnonzero(~test))
+            mat = fitted(*option, f)
             err += float(np.abs(residual[test] - mat[job[test], co[test]]).sum())
+        return err
+
+    errors = [cv_error(option) for option in grid]
+    if fam is not None and n_fam > 0:
+        # The family term's ridge is chosen on the family term alone, then the soft-impute
+        # grid is searched on what that term leaves (a third of the cost of every ridge).
+        family_grid = [("family", 0, 0.0, ridge) for ridge in FAMILY_RIDGES]
+        family_errors = [cv_error(option) for option in family_grid]
+        ridge = family_grid[int(np.argmin(family_errors))][3]
+        joint = [("family+low-rank", rank, lam, ridge) for rank, lam in low_rank]
+        grid += family_grid + joint
+        errors += family_errors + [cv_error(option) for option in joint]
+    best, best_err = grid[0], math.inf
+    for option, err in zip(grid, errors, strict=True):
         if err < best_err - 1e-12:
             best, best_err = option, err
-    info.update(choice=best[0], rank=best[1], shrinkage=best[2], cv_mae=best_err / c)
-    if best[0] == "biases":  # fitted on every pair above: the same call, not repeated
-        return np.asarray(mu + a[:, None] + b[None, :], dtype=float), info
-    return fitted(*best, np.arange(c)), info
+    info.update(choice=best[0], rank=best[1], shrinkage=best[2], family_ridge=best[3],
+                cv_mae=best_err / c)
+    return fitted(*best, folds), info
 
 
 NEIGHBOURS = 5
@@ -811,7 +889,7 @@ def measured_pairs(
     terms = _pair_terms(draws)
     mu = pair_log_speed(draws, terms=terms)
     residual = mean - mu.numpy()[job, co]
-    expected, info = complete_effects(residual, job, co, n_jobs, seed=seed)
+    expected, info = complete_effects(residual, job, co, n_jobs, seed=seed, family=family)
     # The completion explains part of the misfit: the spread left to a pair's own effect
     # shrinks by the ratio of cross-validated errors (an absolute error is the scale of a
     # Student-t with 4 degrees of freedom, so the ratio carries over to the scale).

@@ -773,12 +773,14 @@ def fit(
     ``measured`` (default) adds the second stage of :mod:`interplace.model._cells`: each pair
     measured alone on one device gets its own effect, so the model's prediction of a measured
     pair follows the measurement (up to the measurement noise: ``hyper.measure_noise``, or the
-    spread of repeated pairs where wider) instead of being shrunk to
-    what the structure explains, and a pair never measured carries the structure's misfit in
-    its interval. A job never measured on one side of a pair (as victim, as co-runner)
-    borrows that side's effects from its family's measured members, or else from the five
-    measured jobs nearest by isolated counters (``info["completion"]["borrowed_rows"]`` and
-    ``["borrowed_columns"]`` count them). ``info["isolated_readings"]`` keeps each job's log
+    spread of repeated pairs where wider) instead of being shrunk to what the structure
+    explains, and a pair never measured carries the structure's misfit in its interval, its
+    expected part completed from the measured pairs (with ``family``, from what the two jobs'
+    families' measured pairs share too: ``info["completion"]["choice"]``). A job never
+    measured on one side of a pair (as victim, as co-runner) borrows that side's effects from
+    its family's measured members, or else from the five measured jobs nearest by isolated
+    counters (``info["completion"]["borrowed_rows"]`` and ``["borrowed_columns"]`` count
+    them). ``info["isolated_readings"]`` keeps each job's log
     isolated readings per resource, so that a job added later from its counters
     (:func:`~interplace.placement._cold.with_cold_jobs`) finds its nearest fitted jobs and
     borrows the same way. False keeps the structure alone (the model before version 5).

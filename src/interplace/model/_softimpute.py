@@ -21,6 +21,15 @@ the scale re-read each round. A cell far off the rest pulls its job's bias by at
 is not capped, so the biases shrink more than least squares' wherever residuals pass
 :math:`c`: on clean data with biases alone the fitted cells lie about 20% further from the
 truth (``docs/benchmarks.md``, "Winsorised job biases in the completion").
+
+:func:`family_means` is the family-pair term of the completion in a fit with job families:
+the ridge mean of the cells of each (victim family, co-runner family) pair,
+
+.. math:: F_{fg} = \frac{\sum_{c:\, f(j_c) = f,\, f(k_c) = g} y_c}{n_{fg} + \lambda_F},
+
+the posterior mean of :math:`F_{fg} \sim \mathcal N(0, \sigma^2 / \lambda_F)` under cells of
+noise :math:`\sigma^2`: a block of many cells keeps nearly its mean, a block of few shrinks
+toward 0.
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from interplace.errors import InputError
+
 __all__ = [
     "HUBER_K",
     "LAMBDA_FRACTIONS",
@@ -36,6 +47,7 @@ __all__ = [
     "ROBUST_ROUNDS",
     "ROBUST_TOL",
     "biases",
+    "family_means",
     "fit_cells",
     "robust_biases",
     "soft_impute",
@@ -62,9 +74,12 @@ def biases(
 
 def soft_impute(
     r: _FloatArray, mask: np.ndarray[Any, Any], lam: float, rank: int, iters: int = 200,
-    tol: float = 1e-5,
+    tol: float = 1e-5, start: _FloatArray | None = None,
 ) -> _FloatArray:
-    z = np.zeros_like(r)
+    """The soft-impute term ``Z`` of the cells ``r`` seen where ``mask`` (module docstring),
+    ``(n, n)``, from ``start`` (zeros by default: a warm start from a nearby ``lam``'s
+    solution converges in fewer rounds, as along Mazumder et al.'s path)."""
+    z = np.zeros_like(r) if start is None else start
     for _ in range(iters):
         x = np.where(mask, r, z)
         u, s, vt = np.linalg.svd(x, full_matrices=False)
@@ -87,6 +102,34 @@ def fit_cells(
     r[ji, ki] = y - mu - a[ji] - b[ki]
     mask[ji, ki] = True
     return mu, a, b, soft_impute(r, mask, lam, rank)
+
+
+def family_means(
+    y: _FloatArray, fj: np.ndarray[Any, Any], fk: np.ndarray[Any, Any], n_fam: int,
+    ridge: float,
+) -> _FloatArray:
+    """The ridge means :math:`F` of ``y`` by family pair (module docstring), ``(n_fam + 1,
+    n_fam + 1)``: the last row and column, for jobs without a family, are zero, so family
+    codes of -1 index them.
+
+    ``y``: ``(C,)`` cells; ``fj``, ``fk``: ``(C,)`` the families of their rows and columns
+    (-1: none).
+
+    >>> y = np.array([0.2, 0.4, 0.3, -0.1])
+    >>> family_means(y, np.array([0, 0, -1, 1]), np.array([1, 1, 0, 1]), 2, 1.0).round(2)
+    array([[ 0.  ,  0.2 ,  0.  ],
+           [ 0.  , -0.05,  0.  ],
+           [ 0.  ,  0.  ,  0.  ]])
+    """
+    if ridge <= 0:
+        raise InputError(f"family means need a ridge > 0, not {ridge}")
+    known = (fj >= 0) & (fk >= 0)
+    key = fj[known] * n_fam + fk[known]
+    total = np.bincount(key, weights=y[known], minlength=n_fam * n_fam)
+    count = np.bincount(key, minlength=n_fam * n_fam)
+    out = np.zeros((n_fam + 1, n_fam + 1))
+    out[:n_fam, :n_fam] = (total / (count + ridge)).reshape(n_fam, n_fam)
+    return out
 
 
 RANKS = (1, 2, 3, 5, 8)
