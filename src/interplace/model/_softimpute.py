@@ -47,6 +47,7 @@ __all__ = [
     "ROBUST_ROUNDS",
     "ROBUST_TOL",
     "biases",
+    "cells_term",
     "family_means",
     "fit_cells",
     "robust_biases",
@@ -92,16 +93,25 @@ def soft_impute(
     return z
 
 
+def cells_term(
+    y: _FloatArray, ji: np.ndarray[Any, Any], ki: np.ndarray[Any, Any], n: int, lam: float,
+    rank: int, start: _FloatArray | None = None,
+) -> _FloatArray:
+    """:func:`soft_impute` of the ``(C,)`` cells ``y`` at rows ``ji`` and columns ``ki`` of an
+    ``n x n`` matrix, ``(n, n)``."""
+    r = np.zeros((n, n))
+    mask = np.zeros((n, n), dtype=bool)
+    r[ji, ki] = y
+    mask[ji, ki] = True
+    return soft_impute(r, mask, lam, rank, start=start)
+
+
 def fit_cells(
     y: _FloatArray, ji: np.ndarray[Any, Any], ki: np.ndarray[Any, Any], n: int, lam: float,
     rank: int,
 ) -> tuple[float, _FloatArray, _FloatArray, _FloatArray]:
     mu, a, b = biases(y, ji, ki, n)
-    r = np.zeros((n, n))
-    mask = np.zeros((n, n), dtype=bool)
-    r[ji, ki] = y - mu - a[ji] - b[ki]
-    mask[ji, ki] = True
-    return mu, a, b, soft_impute(r, mask, lam, rank)
+    return mu, a, b, cells_term(y - mu - a[ji] - b[ki], ji, ki, n, lam, rank)
 
 
 def family_means(
