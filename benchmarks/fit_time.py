@@ -11,6 +11,13 @@ For each seed and family choice it fits Lucid once with the current source tree 
 one at a time, and reports per fit the seconds, SVI steps and the second stage's seconds, and
 per family the medians and the median of the per-seed ratios (current over baseline).
 
+Before the first fit and after the last, a fresh process times a fixed workload of
+third-party code alone (``host`` in the output): networkx's ``shortest_path`` on a 30 x 30
+grid, a small torch forward and backward pass (softplus, log1p and a sum over a 66 x 4 tensor,
+one thread) and a CPython loop. interplace's code plays no part in it, so it tells how fast
+the machine itself ran, which fit times from different days need (the same commit's fit of
+seed 0 took 12.3 s on 2026-11-29 and 37.5 s on 2026-11-30; ``docs/benchmarks.md``).
+
 Lucid (non-commercial licence) is read from ``--lucid``; without it the script exits with a
 one-line error.
 """
@@ -40,10 +47,47 @@ print(json.dumps({"seconds": dt, "steps": m.info["steps"],
                   "stage_seconds": m.info.get("measured_seconds")}))
 """
 
+_HOST = r"""
+import json, random, time
+import networkx as nx
+import torch
+torch.set_num_threads(1)
+g = nx.grid_2d_graph(30, 30)
+rng = random.Random(0)
+nodes = list(g)
+pairs = [(rng.choice(nodes), rng.choice(nodes)) for _ in range(300)]
+t = time.perf_counter()
+for a, b in pairs:
+    nx.shortest_path(g, a, b)
+nx_us = (time.perf_counter() - t) / len(pairs) * 1e6
+x = torch.randn(66, 4, dtype=torch.float64, requires_grad=True)
+t = time.perf_counter()
+for _ in range(2000):
+    (torch.nn.functional.softplus(2.0 * x) / 2.0).log1p().sum().backward()
+torch_us = (time.perf_counter() - t) / 2000 * 1e6
+s = 0
+t = time.perf_counter()
+for i in range(2_000_000):
+    s += i
+loop_ns = (time.perf_counter() - t) / 2e6 * 1e9
+print(json.dumps({"networkx_shortest_path_us": nx_us, "torch_small_step_us": torch_us,
+                  "python_loop_ns": loop_ns}))
+"""
+
+
+def _host(src: Path, cwd: Path) -> dict[str, Any]:
+    proc = start_snippet(src, _HOST, [], cwd)
+    return snippet_result(proc, "fit_time: the host reference failed")
+
 
 def _fit_once(src: Path, lucid: Path, seed: int, family: str) -> dict[str, Any]:
     proc = start_snippet(src, _FIT, [str(lucid), str(seed), family], lucid.anchor)
     return snippet_result(proc, f"fit_time: fit with {src} failed")
+
+
+def _host_line(h: dict[str, float]) -> str:
+    return (f"networkx shortest_path {h['networkx_shortest_path_us']:.0f} us, torch small step "
+            f"{h['torch_small_step_us']:.0f} us, CPython loop {h['python_loop_ns']:.0f} ns")
 
 
 def main() -> None:
@@ -61,6 +105,8 @@ def main() -> None:
         raise SystemExit(f"fit_time: {args.lucid} not found (Lucid's data)")
     lucid = args.lucid.resolve()
     results: dict[str, Any] = {"seeds": args.seeds, "baseline": str(args.baseline), "fits": []}
+    host = [_host(current, lucid)]
+    print(f"  host before: {_host_line(host[0])}", file=sys.stderr)
     for seed in args.seeds:
         for family in args.families:
             for name, src in (("baseline", args.baseline.resolve()), ("current", current)):
@@ -68,6 +114,9 @@ def main() -> None:
                 results["fits"].append({"code": name, "seed": seed, "family": family, **r})
                 print(f"  {name} family={family} seed {seed}: {r['seconds']:.1f} s, "
                       f"{r['steps']} steps", file=sys.stderr)
+    host.append(_host(current, lucid))
+    print(f"  host after: {_host_line(host[1])}", file=sys.stderr)
+    results["host"] = {"before": host[0], "after": host[1]}
     summary = {}
     for family in args.families:
         by = {

@@ -82,3 +82,54 @@ def test_family_means_are_ridge_means_of_each_family_pair() -> None:
     assert f[fj, fk][4:].tolist() == [0.0, 0.0]
     with pytest.raises(InputError, match="ridge"):
         family_means(y, fj, fk, 2, 0.0)
+
+
+def _low_rank_problem(seed: int, n: int = 60, rank: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    truth = rng.standard_normal((n, rank)) @ rng.standard_normal((rank, n))
+    mask = rng.random((n, n)) < 0.4
+    return np.where(mask, truth + 0.1 * rng.standard_normal((n, n)), 0.0), mask
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize(("rank", "frac"), [(1, 0.3), (2, 0.1), (3, 0.02)])
+def test_subspace_iteration_has_the_fixed_point_of_full_svds(
+    seed: int, rank: int, frac: float
+) -> None:
+    r, mask = _low_rank_problem(seed)
+    lam = frac * float(np.linalg.svd(r, compute_uv=False)[0])
+    # Run to convergence, both reach the same term: measured within 6e-7 of its largest
+    # entry on these nine cases (rounding and the last rounds' 1e-14 tolerance), so 1e-5.
+    limit = _softimpute.soft_impute(r, mask, lam, rank, iters=20000, tol=1e-14)
+    fast = _softimpute.soft_impute(r, mask, lam, rank, iters=20000, tol=1e-14, subspace=True)
+    scale = np.abs(limit).max()
+    assert np.abs(fast - limit).max() < 1e-5 * scale
+    assert np.linalg.matrix_rank(fast, tol=1e-8) <= rank
+    # At the default stopping rule (a round moving the term by under 1e-5 of its squared
+    # norm, or 200 rounds) both stop short of that limit, by 0.8-59% of its largest entry
+    # here, and within 0.8% of each other (measured): the subspace rounds follow the full
+    # ones' path, not only their end.
+    full = _softimpute.soft_impute(r, mask, lam, rank)
+    assert np.abs(_softimpute.soft_impute(r, mask, lam, rank, subspace=True) - full).max() < (
+        0.02 * scale
+    )
+
+
+@pytest.mark.parametrize(("n", "rank"), [(12, 3), (40, 16)])
+def test_subspace_iteration_takes_full_svds_where_they_cost_no_more(n: int, rank: int) -> None:
+    # n = 12 is below SUBSPACE_MIN_SIZE; at n = 40, rank 16 keeps k = 20 vectors, half the
+    # rows: either way every round is a full SVD, so the term is the plain one bit for bit.
+    assert n < _softimpute.SUBSPACE_MIN_SIZE or 2 * (rank + _softimpute.SUBSPACE_OVERSAMPLE) >= n
+    r, mask = _low_rank_problem(0, n=n)
+    lam = 0.1 * float(np.linalg.svd(r, compute_uv=False)[0])
+    full = _softimpute.soft_impute(r, mask, lam, rank)
+    assert np.array_equal(_softimpute.soft_impute(r, mask, lam, rank, subspace=True), full)
+
+
+def test_subspace_iteration_is_taken_from_the_size_on() -> None:
+    # At SUBSPACE_MIN_SIZE rows and a small rank the rounds are subspace ones: not the plain
+    # iterates bit for bit (so the size gate of the test above is what keeps those equal).
+    r, mask = _low_rank_problem(0, n=_softimpute.SUBSPACE_MIN_SIZE)
+    lam = 0.1 * float(np.linalg.svd(r, compute_uv=False)[0])
+    full = _softimpute.soft_impute(r, mask, lam, 2)
+    assert not np.array_equal(_softimpute.soft_impute(r, mask, lam, 2, subspace=True), full)
