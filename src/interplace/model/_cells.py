@@ -423,25 +423,19 @@ def complete_effects(
     n_fam = 0 if fam is None else int(fam.max()) + 1
     fold = np.random.default_rng(seed).permutation(c) % folds
     train = [np.flatnonzero(fold != f) for f in range(folds)] + [np.arange(c)]
-    bases: dict[int, _FloatArray] = {folds: mu + a[:, None] + b[None, :]}
-    plain: dict[int, _FloatArray] = {}
+    # Each training part's biases, winsorised (True) or least squares (False), fitted once.
+    bases: dict[tuple[bool, int], _FloatArray] = {(True, folds): mu + a[:, None] + b[None, :]}
     blocks: dict[tuple[int, float], _FloatArray] = {}
     warm: dict[tuple[str, int, int], _FloatArray] = {}  # the last term per kind, fold, rank
     fast = n_jobs >= SUBSPACE_MIN_SIZE
 
-    def base_of(part: int) -> _FloatArray:  # robust biases of one training part, fitted once
-        if part not in bases:
+    def base_of(part: int, robust: bool = True) -> _FloatArray:
+        if (robust, part) not in bases:
             idx = train[part]
-            m, aa, bb = robust_biases(residual[idx], job[idx], co[idx], n_jobs)
-            bases[part] = m + aa[:, None] + bb[None, :]
-        return bases[part]
-
-    def plain_of(part: int) -> _FloatArray:  # least-squares biases of one part, fitted once
-        if part not in plain:
-            idx = train[part]
-            m, aa, bb = biases(residual[idx], job[idx], co[idx], n_jobs)
-            plain[part] = m + aa[:, None] + bb[None, :]
-        return plain[part]
+            fit_biases = robust_biases if robust else biases
+            m, aa, bb = fit_biases(residual[idx], job[idx], co[idx], n_jobs)
+            bases[robust, part] = m + aa[:, None] + bb[None, :]
+        return bases[robust, part]
 
     def fitted(kind: str, rank: int, lam: float, ridge: float, part: int) -> _FloatArray:
         idx = train[part]
@@ -450,7 +444,7 @@ def complete_effects(
             m, aa, bb, z = fit_cells(y, j, k, n_jobs, lam, rank)
             return np.asarray(m + aa[:, None] + bb[None, :] + z, dtype=float)
         if kind == "low-rank":
-            full = plain_of(part)
+            full = base_of(part, robust=False)
         else:
             base = base_of(part)
             if kind == "biases" or fam is None:
