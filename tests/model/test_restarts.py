@@ -93,7 +93,10 @@ def test_restarts_stepped_together_follow_each_restart_run_alone(
     alone = fit(small_data, seed=0, steps=steps, min_steps=steps, restarts=3, measured=False)
     assert len(batched) == len(losses) == 3
     for a, b in zip(batched, losses.values(), strict=True):
-        assert a[:2] == b[:2]  # the first step is each run's own, the second the first batched
+        # The first step is each run's own, the same to the bit. From the second on a run
+        # alone sums its loss in another order than the batched step (the prior in one
+        # piece, _SVI._direct), which moves the loss's last bit.
+        assert a[0] == b[0]
         np.testing.assert_allclose(a, b, rtol=1e-9)
     for name, (loc, scale) in alone.posterior.items():
         torch.testing.assert_close(together.posterior[name][0], loc, rtol=1e-6, atol=1e-8)
