@@ -2,7 +2,8 @@
 
 Run: ``git worktree add /tmp/before <commit> && python benchmarks/fit_time.py --baseline
 /tmp/before/src [--seeds 0 1 2 3] [--families none model] [--lucid ../shared/datasets/lucid]
-[--out results.json]``
+[--gavel v100] [--out results.json]`` (``--gavel GPU``: Gavel's packaged data of that GPU
+instead of Lucid's, whose default fit is four tempered restarts stepped together).
 
 Fit times move with the machine (the same commit's Lucid fit took 25.6 s one day and 38.5 s
 another on the 2-core machine), so a fit time is only comparable to one measured beside it.
@@ -18,8 +19,8 @@ one thread) and a CPython loop. interplace's code plays no part in it, so it tel
 the machine itself ran, which fit times from different days need (the same commit's fit of
 seed 0 took 12.3 s on 2026-11-29 and 37.5 s on 2026-11-30; ``docs/benchmarks.md``).
 
-Lucid (non-commercial licence) is read from ``--lucid``; without it the script exits with a
-one-line error.
+Lucid (non-commercial licence) is read from ``--lucid``; without it (and without ``--gavel``)
+the script exits with a one-line error.
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ from _results import save_json, snippet_result, start_snippet
 _FIT = r"""
 import json, sys, time
 from pathlib import Path
-from interplace.datasets import load_lucid
+from interplace.datasets import load_gavel, load_lucid
 from interplace.model import fit
-data = load_lucid(Path(sys.argv[1]))
+kind, where = sys.argv[1].split(":", 1)
+data = load_lucid(Path(where)) if kind == "lucid" else load_gavel(where).data
 seed, fam = int(sys.argv[2]), (None if sys.argv[3] == "none" else sys.argv[3])
 t = time.perf_counter()
 m = fit(data, seed=seed, family=fam)
@@ -80,8 +82,8 @@ def _host(src: Path, cwd: Path) -> dict[str, Any]:
     return snippet_result(proc, "fit_time: the host reference failed")
 
 
-def _fit_once(src: Path, lucid: Path, seed: int, family: str) -> dict[str, Any]:
-    proc = start_snippet(src, _FIT, [str(lucid), str(seed), family], lucid.anchor)
+def _fit_once(src: Path, data: str, cwd: Path, seed: int, family: str) -> dict[str, Any]:
+    proc = start_snippet(src, _FIT, [data, str(seed), family], cwd)
     return snippet_result(proc, f"fit_time: fit with {src} failed")
 
 
@@ -96,25 +98,33 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
     ap.add_argument("--families", nargs="+", choices=("none", "model"), default=["none", "model"])
     ap.add_argument("--lucid", type=Path, default=Path("../shared/datasets/lucid"))
+    ap.add_argument("--gavel", choices=("v100", "p100", "k80"),
+                    help="fit Gavel's packaged data of this GPU instead of Lucid's (all of it, "
+                    "as Lucid's; the default fit there is four tempered restarts, stepped "
+                    "together)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     current = Path(__file__).resolve().parent.parent / "src"
     if not (args.baseline / "interplace").is_dir():
         raise SystemExit(f"fit_time: {args.baseline} holds no interplace package")
-    if not args.lucid.is_dir():
+    if args.gavel:
+        data, cwd = f"gavel:{args.gavel}", current.parent
+    elif not args.lucid.is_dir():
         raise SystemExit(f"fit_time: {args.lucid} not found (Lucid's data)")
-    lucid = args.lucid.resolve()
-    results: dict[str, Any] = {"seeds": args.seeds, "baseline": str(args.baseline), "fits": []}
-    host = [_host(current, lucid)]
+    else:
+        data, cwd = f"lucid:{args.lucid.resolve()}", args.lucid.resolve().anchor
+    results: dict[str, Any] = {"data": data, "seeds": args.seeds,
+                               "baseline": str(args.baseline), "fits": []}
+    host = [_host(current, Path(cwd))]
     print(f"  host before: {_host_line(host[0])}", file=sys.stderr)
     for seed in args.seeds:
         for family in args.families:
             for name, src in (("baseline", args.baseline.resolve()), ("current", current)):
-                r = _fit_once(src, lucid, seed, family)
+                r = _fit_once(src, data, Path(cwd), seed, family)
                 results["fits"].append({"code": name, "seed": seed, "family": family, **r})
                 print(f"  {name} family={family} seed {seed}: {r['seconds']:.1f} s, "
                       f"{r['steps']} steps", file=sys.stderr)
-    host.append(_host(current, lucid))
+    host.append(_host(current, Path(cwd)))
     print(f"  host after: {_host_line(host[1])}", file=sys.stderr)
     results["host"] = {"before": host[0], "after": host[1]}
     summary = {}

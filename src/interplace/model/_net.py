@@ -455,38 +455,30 @@ class InterferenceNet(PyroModule):
         return torch.as_tensor(sites.total)
 
     def log_joint_parts(
-        self, latent: dict[str, torch.Tensor], *tensors: torch.Tensor
+        self, latent: dict[str, torch.Tensor], *tensors: torch.Tensor, batch: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor]:
         r""":meth:`log_joint` in its two parts, the sites' prior log density and the tempered
         log likelihood (scalars; their sum is :meth:`log_joint` up to rounding).
 
-        The prior is one :func:`normal_log_density` over every site's values at once, each
-        with its location and scale broadcast to its shape: the same terms as one call per
-        site in a few operations rather than a few per site (most sites hold 1-5 values).
-        Each part's gradient is the sum of the same terms as :meth:`log_joint`'s; taken
-        apart, each in its own pass, and added, it is :meth:`log_joint`'s gradient bit for bit
-        (:class:`~interplace.model._fit._SVI` does so): one pass would add the prior's terms
-        to a value's gradient before the likelihood's, where :meth:`log_joint`'s pass adds
-        them after, and a sum of three or more terms rounds by its order.
+        ``batch``: of ``B`` sets of latent values at once, each part ``(B,)``: each site's
+        value in ``latent`` has a leading axis of ``B`` before the shape :meth:`log_joint`
+        takes (``log_demand`` ``(B, J, R)``, ``speed_noise`` ``(B,)``), and entry ``b`` is
+        the part for the values at ``b``, up to rounding. :func:`fit` steps its restarts
+        together so: where the tensors are small, one pass over the story for several costs
+        little more than one restart's.
+
+        The prior is one Normal log density over every site's values at once, each with its
+        location and scale broadcast to its shape: the same terms as one density per site in a
+        few operations rather than a few per site (most sites hold 1-5 values). Each part's
+        gradient is the sum of the same terms as :meth:`log_joint`'s; taken apart, each in its
+        own pass, and added, it is :meth:`log_joint`'s gradient bit for bit (:func:`fit`'s
+        steps do so): one pass would add the prior's terms to a value's gradient before the
+        likelihood's, where :meth:`log_joint`'s pass adds them after, and a sum of three or
+        more terms rounds by its order.
         """
-        sites = _DirectSites(self, latent, deferred=True)
+        sites = _BatchSites(self, latent) if batch else _DirectSites(self, latent, deferred=True)
         self._story(sites, *tensors)
         return sites.prior(), torch.as_tensor(sites.total)
-
-    def log_joint_batch(
-        self, latent: dict[str, torch.Tensor], *tensors: torch.Tensor
-    ) -> torch.Tensor:
-        r""":meth:`log_joint` of ``B`` sets of latent values at once, shape ``(B,)``: each
-        site's value in ``latent`` has a leading axis of ``B`` before the shape
-        :meth:`log_joint` takes (``log_demand`` ``(B, J, R)``, ``speed_noise`` ``(B,)``);
-        entry ``b`` is :meth:`log_joint` of the values at ``b``, up to rounding.
-
-        :func:`fit` steps its restarts together with it: where the tensors are small, one
-        pass over the story for several costs little more than one restart's.
-        """
-        sites = _BatchSites(self, latent)
-        self._story(sites, *tensors)
-        return sites.total
 
     def _story(
         self,
@@ -505,8 +497,8 @@ class InterferenceNet(PyroModule):
     ) -> None:
         """The generative story, once, for every reader: ``s`` samples its sites with Pyro
         (:meth:`forward`) or scores given values (:meth:`log_joint`, or a batch of them,
-        :meth:`log_joint_batch`: every value then has a leading batch axis, which the story's
-        explicit broadcasts keep apart).
+        :meth:`log_joint_parts` with ``batch``: every value then has a leading batch axis,
+        which the story's explicit broadcasts keep apart).
 
         The tensors (:mod:`interplace.model._data`): ``job`` ``(N,)``, ``co`` ``(N, K)``,
         ``share`` ``(N, K, R)`` and ``log_y`` ``(N,)`` the speed observations; ``member_idx``,
@@ -560,7 +552,7 @@ class InterferenceNet(PyroModule):
             )
             with plate("jobs", self.n_jobs, -2):
                 # Explicit broadcasts (a resource's value over the jobs' axis), so that the
-                # story also scores a batch of latent values (:meth:`log_joint_batch`).
+                # story also scores a batch of latent values (:meth:`log_joint_parts`).
                 log_demand = s.latent(
                     "log_demand", demand_mu.unsqueeze(-2) + demand_off, demand_sd.unsqueeze(-2)
                 )
@@ -629,6 +621,30 @@ def normal_log_density(z: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) 
     return (-0.5 * ((z - loc) / scale) ** 2 - scale.log() - _HALF_LOG_2PI).sum()
 
 
+def joint_prior(
+    sites: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], lead: int
+) -> torch.Tensor:
+    r""":math:`\sum \log \mathcal{N}(z;\, \mu, \sigma)` over every site's values at once,
+    each ``(value, loc, scale)`` of ``sites`` with its location and scale broadcast to its
+    value's shape; summed over all but the ``lead`` leading dimensions, which every value
+    shares (0: a scalar; 1: ``(B,)``, one sum per batch entry).
+
+    >>> one = torch.tensor(1.0, dtype=torch.float64)
+    >>> z = torch.tensor([[0.0, 1.0], [0.0, 0.0]], dtype=torch.float64)
+    >>> joint_prior([(z, 0 * one, one), (z[:, :1], 0 * one, one)], 1).tolist()
+    [-3.256815599614018, -2.756815599614018]
+    """
+
+    def stacked(k: int) -> torch.Tensor:
+        return torch.cat(
+            [site[k].expand(site[0].shape).reshape(*site[0].shape[:lead], -1) for site in sites],
+            dim=-1,
+        )
+
+    z, loc, scale = stacked(0), stacked(1), stacked(2)
+    return (-0.5 * ((z - loc) / scale) ** 2 - scale.log() - _HALF_LOG_2PI).sum(-1)
+
+
 class _PyroSites:
     """:meth:`InterferenceNet.forward`'s reader of the story: Pyro sample sites in plates."""
 
@@ -688,12 +704,8 @@ class _DirectSites:
         return constrained(name, z)
 
     def prior(self) -> torch.Tensor:
-        """The deferred sites' prior log density, summed: one :func:`normal_log_density`
-        over every site's values, each site's location and scale broadcast to its shape."""
-        z = torch.cat([v.reshape(-1) for v, _, _ in self.sites])
-        loc = torch.cat([m.expand(v.shape).reshape(-1) for v, m, _ in self.sites])
-        scale = torch.cat([s.expand(v.shape).reshape(-1) for v, _, s in self.sites])
-        return normal_log_density(z, loc, scale)
+        """The deferred sites' prior log density, summed (:func:`joint_prior`)."""
+        return joint_prior(self.sites, 0)
 
     @staticmethod
     def pair_effects(u: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -707,14 +719,16 @@ class _DirectSites:
 
 
 class _BatchSites:
-    """:meth:`InterferenceNet.log_joint_batch`'s reader: as :class:`_DirectSites`, over a
-    leading batch axis of every value, summed per batch entry into ``total`` ``(B,)``."""
+    """The reader of :meth:`InterferenceNet.log_joint_parts` with ``batch``: as a deferred
+    :class:`_DirectSites`, over a leading batch axis of every value; the likelihoods summed
+    per batch entry into ``total`` ``(B,)``, the priors by :meth:`prior`."""
 
     def __init__(self, net: InterferenceNet, latent: dict[str, torch.Tensor]) -> None:
         self.latent_values = latent
         self.temper = net.temper
         first = next(iter(latent.values()))
         self.total = first.new_zeros(first.shape[0])
+        self.sites: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
 
     @staticmethod
     def plate(name: str, size: int, dim: int) -> contextlib.nullcontext[None]:
@@ -722,10 +736,13 @@ class _BatchSites:
 
     def latent(self, name: str, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         z = self.latent_values[name]
-        scale = scale.expand(z.shape)
-        density = -0.5 * ((z - loc) / scale) ** 2 - scale.log() - _HALF_LOG_2PI
-        self.total = self.total + density.reshape(z.shape[0], -1).sum(1)
+        self.sites.append((z, loc, scale))
         return constrained(name, z)
+
+    def prior(self) -> torch.Tensor:
+        """The deferred sites' prior log density, summed per batch entry (:func:`joint_prior`,
+        ``(B,)``)."""
+        return joint_prior(self.sites, 1)
 
     @staticmethod
     def pair_effects(u: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
