@@ -167,13 +167,11 @@ class _SVI:
         r"""The negative ELBO :math:`\log q(z) - \log p(y, z)` at one draw, its gradient in
         the guide's flat parameters (``.grad``); returns the value, detached.
 
-        The gradient in :math:`z` is taken in two passes, the likelihood's and then the
-        prior's (:meth:`~interplace.model._net.InterferenceNet.log_joint_parts`), added, and
-        carried to the guide's parameters with :math:`\log q`'s own: so each entry sums the
-        same terms in the same order as one pass through
-        :meth:`~interplace.model._net.InterferenceNet.log_joint` (there the prior's terms
-        come last), and the fit is the same bit for bit, while the prior costs a few
-        operations instead of a few per site.
+        The log joint is taken in its two parts
+        (:meth:`~interplace.model._net.InterferenceNet.log_joint_parts`, the prior in a few
+        operations instead of a few per site) and differentiated as
+        :func:`_minus_elbo_backward` does, so that the gradient is
+        :meth:`~interplace.model._net.InterferenceNet.log_joint`'s bit for bit.
         """
         z, log_q = flat.draw()
         value = z.detach().requires_grad_()
