@@ -112,19 +112,19 @@ def main() -> None:
     elif not args.lucid.is_dir():
         raise SystemExit(f"fit_time: {args.lucid} not found (Lucid's data)")
     else:
-        data, cwd = f"lucid:{args.lucid.resolve()}", args.lucid.resolve().anchor
+        data, cwd = f"lucid:{args.lucid.resolve()}", Path(args.lucid.resolve().anchor)
     results: dict[str, Any] = {"data": data, "seeds": args.seeds,
                                "baseline": str(args.baseline), "fits": []}
-    host = [_host(current, Path(cwd))]
+    host = [_host(current, cwd)]
     print(f"  host before: {_host_line(host[0])}", file=sys.stderr)
     for seed in args.seeds:
         for family in args.families:
             for name, src in (("baseline", args.baseline.resolve()), ("current", current)):
-                r = _fit_once(src, data, Path(cwd), seed, family)
+                r = _fit_once(src, data, cwd, seed, family)
                 results["fits"].append({"code": name, "seed": seed, "family": family, **r})
                 print(f"  {name} family={family} seed {seed}: {r['seconds']:.1f} s, "
                       f"{r['steps']} steps", file=sys.stderr)
-    host.append(_host(current, Path(cwd)))
+    host.append(_host(current, cwd))
     print(f"  host after: {_host_line(host[1])}", file=sys.stderr)
     results["host"] = {"before": host[0], "after": host[1]}
     summary = {}

@@ -234,6 +234,30 @@ def _minus_elbo_backward(
     return (log_q - (prior + likelihood)).detach()
 
 
+def _reparametrised(
+    loc: torch.Tensor, raw: torch.Tensor, eps: torch.Tensor, sizes: list[int],
+    to_scale: Callable[[torch.Tensor], torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""A flat guide's draw :math:`z = \mu + \sigma\epsilon` from its flat location ``loc``,
+    unconstrained scale ``raw`` and normals ``eps`` (``(P,)`` each, the sites end to end,
+    ``sizes`` entries each), and each entry's log density under the guide, :math:`-\tfrac12
+    \epsilon^2 - \log\sigma - \tfrac12\log 2\pi` (``(P,)``). The scales' transform
+    ``to_scale`` is taken site by site: over one tensor an entry could take the other
+    (vectorised or not) of the CPU kernel's paths and round differently."""
+    scale = torch.cat([to_scale(r) for r in raw.split(sizes)])
+    return loc + eps * scale, -0.5 * eps**2 - scale.log() - _HALF_LOG_2PI
+
+
+def _site_views(
+    z: torch.Tensor, names: list[str], sizes: list[int], shapes: Sequence[tuple[int, ...]]
+) -> dict[str, torch.Tensor]:
+    """Each site's value in a flat draw ``z`` (the sites end to end), a view of its shape."""
+    return {
+        name: piece.view(shape)
+        for name, piece, shape in zip(names, z.split(sizes), shapes, strict=True)
+    }
+
+
 class _FlatGuide:
     r"""A :class:`_Normal` guide's parameters in two flat tensors, every site's location in
     one and every site's unconstrained scale in the other, for :class:`_SVI`'s direct steps.
@@ -297,18 +321,12 @@ class _FlatGuide:
         loc, raw = self.params
         for e in self.eps_sites:
             e.normal_()
-        scale = torch.cat([self.to_scale(r) for r in raw.split(self.sizes)])
-        z = loc + self.eps * scale
-        log_q = (-0.5 * self.eps**2 - scale.log() - _HALF_LOG_2PI).sum()
-        return z, log_q
+        z, density = _reparametrised(loc, raw, self.eps, self.sizes, self.to_scale)
+        return z, density.sum()
 
     def sites(self, z: torch.Tensor) -> dict[str, torch.Tensor]:
         """Each site's value in a flat draw ``z`` (``(P,)``), a view of its ``(*shape)``."""
-        return {
-            name: piece.view(shape)
-            for name, piece, shape in zip(self.names, z.split(self.sizes), self.shapes,
-                                          strict=True)
-        }
+        return _site_views(z, self.names, self.sizes, self.shapes)
 
 
 class _Normal(AutoNormal):
@@ -624,21 +642,16 @@ class _BatchSVI:
         guide = first.guide
         if guide._sites is None:
             raise RuntimeError("the guide has not run")
-        self.sites = [
-            (
-                name,
-                index[id(getattr(guide.locs, name + "_unconstrained"))],
-                index[id(getattr(guide.scales, name + "_unconstrained"))],
-            )
-            for name, *_ in guide._sites
-        ]
+        self.names = [name for name, *_ in guide._sites]
+        # Each site's location's and scale's index in a run's parameters.
+        self.parts = (
+            [index[id(getattr(guide.locs, name + "_unconstrained"))] for name in self.names],
+            [index[id(getattr(guide.scales, name + "_unconstrained"))] for name in self.names],
+        )
         self.to_scale = transform_to(guide.scale_constraint)
         n = len(runs)
-        self.shapes = [(n, *first.params[i].shape) for _, i, _ in self.sites]
-        self.sizes = [n * first.params[i].numel() for _, i, _ in self.sites]
-
-        # Each site's location's and scale's index in a run's parameters.
-        self.parts = [i for _, i, _ in self.sites], [j for _, _, j in self.sites]
+        self.shapes = [(n, *first.params[i].shape) for i in self.parts[0]]
+        self.sizes = [n * first.params[i].numel() for i in self.parts[0]]
 
         def flat(of: Callable[[_SVI], list[torch.Tensor]], part: list[int]) -> torch.Tensor:
             # Each site's stack over the runs, the sites end to end.
@@ -667,17 +680,10 @@ class _BatchSVI:
         for eps_runs in self.eps_runs:
             for one, g in eps_runs:  # each run's normals from its own generator, site by site
                 one.normal_(generator=g)
-        # The scales' transform site by site, as for _FlatGuide.
-        scale = torch.cat([self.to_scale(r) for r in raw.split(self.sizes)])
-        z = loc + self.eps * scale
-        density = -0.5 * self.eps**2 - scale.log() - _HALF_LOG_2PI
+        z, density = _reparametrised(loc, raw, self.eps, self.sizes, self.to_scale)
         log_q = torch.zeros(n, dtype=z.dtype, device=z.device).index_add(0, self.run_of, density)
         value = z.detach().requires_grad_()
-        latent = {
-            name: piece.view(shape)
-            for (name, _, _), piece, shape in zip(self.sites, value.split(self.sizes),
-                                                  self.shapes, strict=True)
-        }
+        latent = _site_views(value, self.names, self.sizes, self.shapes)
         parts = self.model.log_joint_parts(latent, *args, batch=True)
         objective = _minus_elbo_backward(z, log_q, value, *parts)
         grads = [p.grad for p in self.params if p.grad is not None]

@@ -703,9 +703,13 @@ class _DirectSites:
             self.total = self.total + normal_log_density(z, loc, scale)
         return constrained(name, z)
 
+    LEAD = 0
+    """Leading batch dimensions every value has (:func:`joint_prior`'s ``lead``)."""
+
     def prior(self) -> torch.Tensor:
-        """The deferred sites' prior log density, summed (:func:`joint_prior`)."""
-        return joint_prior(self.sites, 0)
+        """The deferred sites' prior log density, summed over all but the ``LEAD`` leading
+        dimensions (:func:`joint_prior`)."""
+        return joint_prior(self.sites, self.LEAD)
 
     @staticmethod
     def pair_effects(u: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -718,31 +722,17 @@ class _DirectSites:
         self.total = self.total + self.temper * logp.sum()
 
 
-class _BatchSites:
-    """The reader of :meth:`InterferenceNet.log_joint_parts` with ``batch``: as a deferred
-    :class:`_DirectSites`, over a leading batch axis of every value; the likelihoods summed
-    per batch entry into ``total`` ``(B,)``, the priors by :meth:`prior`."""
+class _BatchSites(_DirectSites):
+    """The reader of :meth:`InterferenceNet.log_joint_parts` with ``batch``: a deferred
+    :class:`_DirectSites` over a leading batch axis of every value; the likelihoods summed
+    per batch entry into ``total`` ``(B,)``, the priors by :meth:`prior` (``(B,)``)."""
+
+    LEAD = 1
 
     def __init__(self, net: InterferenceNet, latent: dict[str, torch.Tensor]) -> None:
-        self.latent_values = latent
-        self.temper = net.temper
+        super().__init__(net, latent, deferred=True)
         first = next(iter(latent.values()))
         self.total = first.new_zeros(first.shape[0])
-        self.sites: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-
-    @staticmethod
-    def plate(name: str, size: int, dim: int) -> contextlib.nullcontext[None]:
-        return contextlib.nullcontext()
-
-    def latent(self, name: str, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-        z = self.latent_values[name]
-        self.sites.append((z, loc, scale))
-        return constrained(name, z)
-
-    def prior(self) -> torch.Tensor:
-        """The deferred sites' prior log density, summed per batch entry (:func:`joint_prior`,
-        ``(B,)``)."""
-        return joint_prior(self.sites, 1)
 
     @staticmethod
     def pair_effects(u: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
