@@ -593,7 +593,7 @@ class InterferenceNet(PyroModule):
                 pressure(log_demand, log_intensity), sens, threshold, job, co, share,
                 pair_z=pair_z,
             ) + reference_level(iso_bias, job, share)
-            s.speeds(dist.StudentT(c(h.speed_df), loc, speed_noise.unsqueeze(-1)), log_y)
+            s.speeds(c(h.speed_df), loc, speed_noise.unsqueeze(-1), log_y)
         if metric.shape[0] > 0:
             mu = counter_mean(demand, member_idx, member_n, metric_res)
             sigma = metric_noise.index_select(-1, metric)
@@ -619,6 +619,45 @@ def normal_log_density(z: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) 
     """
     scale = scale.expand(z.shape)
     return (-0.5 * ((z - loc) / scale) ** 2 - scale.log() - _HALF_LOG_2PI).sum()
+
+
+def student_t_log_prob(
+    df: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor, value: torch.Tensor
+) -> torch.Tensor:
+    r"""The Student-t log density of each entry of ``value``,
+
+    .. math:: \log \Gamma\big(\tfrac{\nu + 1}{2}\big) - \log \Gamma\big(\tfrac{\nu}{2}\big)
+              - \tfrac12 \log(\nu\pi) - \log\sigma
+              - \tfrac{\nu + 1}{2} \log\Big(1 + \frac{(y - \mu)^2}{\nu\sigma^2}\Big),
+
+    with the degrees of freedom ``df`` a constant (a 0-dim tensor, no gradient): ``loc``,
+    ``scale`` and ``value`` broadcast to one shape, the result's. It is
+    ``torch.distributions.StudentT(df, loc, scale).log_prob(value)`` bit for bit, value and
+    gradient (the same operations in the same order on each entry, and ``scale`` expanded to
+    the shape as that distribution does, so its gradient sums the same terms), with the terms
+    of ``df`` alone taken once instead of once per entry: that distribution broadcasts ``df``
+    to every observation and takes two log-gamma functions of each, a step's largest
+    avoidable cost in an SVI fit on Lucid's 2,776 observations.
+
+    >>> df, one = torch.tensor(4.0, dtype=torch.float64), torch.ones(3, dtype=torch.float64)
+    >>> y = torch.tensor([0.0, 0.5, 3.0], dtype=torch.float64)
+    >>> mine = student_t_log_prob(df, 0 * one, one[:1], y)
+    >>> torch.equal(mine, torch.distributions.StudentT(df, 0 * one, one[:1]).log_prob(y))
+    True
+    """
+    if df.requires_grad or df.dim() != 0:
+        raise ValueError("student_t_log_prob takes a constant, 0-dim df")
+    shape = torch.broadcast_shapes(loc.shape, scale.shape, value.shape)
+    loc, scale = loc.expand(shape), scale.expand(shape)
+    y = (value - loc) / scale
+    z = (
+        scale.log()
+        + 0.5 * df.log()
+        + 0.5 * math.log(math.pi)
+        + torch.lgamma(0.5 * df)
+        - torch.lgamma(0.5 * (df + 1.0))
+    )
+    return -0.5 * (df + 1.0) * torch.log1p(y**2.0 / df) - z
 
 
 def joint_prior(
@@ -667,9 +706,11 @@ class _PyroSites:
     def pair_effects(u: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return u @ w.transpose(-1, -2)
 
-    def speeds(self, d: dist.StudentT, log_y: torch.Tensor) -> None:
+    def speeds(
+        self, df: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor, log_y: torch.Tensor
+    ) -> None:
         with self.tempered, self.plate("observations", log_y.shape[0], -1):
-            pyro.sample("log_speed", d, obs=log_y)
+            pyro.sample("log_speed", dist.StudentT(df, loc, scale), obs=log_y)
 
     def counters(self, logp: torch.Tensor) -> None:
         with self.tempered, self.plate("counter_groups", logp.shape[-1], -1):
@@ -715,8 +756,10 @@ class _DirectSites:
     def pair_effects(u: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return u @ w.transpose(-1, -2)
 
-    def speeds(self, d: dist.StudentT, log_y: torch.Tensor) -> None:
-        self.total = self.total + self.temper * d.log_prob(log_y).sum()
+    def speeds(
+        self, df: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor, log_y: torch.Tensor
+    ) -> None:
+        self.total = self.total + self.temper * student_t_log_prob(df, loc, scale, log_y).sum()
 
     def counters(self, logp: torch.Tensor) -> None:
         self.total = self.total + self.temper * logp.sum()
@@ -740,8 +783,10 @@ class _BatchSites(_DirectSites):
         # from the single one :meth:`InterferenceNet.log_joint` takes.
         return torch.stack([ub @ wb.transpose(-1, -2) for ub, wb in zip(u, w, strict=True)])
 
-    def speeds(self, d: dist.StudentT, log_y: torch.Tensor) -> None:
-        self.total = self.total + self.temper * d.log_prob(log_y).sum(-1)
+    def speeds(
+        self, df: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor, log_y: torch.Tensor
+    ) -> None:
+        self.total = self.total + self.temper * student_t_log_prob(df, loc, scale, log_y).sum(-1)
 
     def counters(self, logp: torch.Tensor) -> None:
         self.total = self.total + self.temper * logp.sum(-1)
