@@ -65,11 +65,17 @@ def test_equal_standing_is_not_symmetry(small_model: InterferenceModel) -> None:
 def test_single_jobs_on_an_uneven_machine(
     small_model: InterferenceModel, objective: str, want: float
 ) -> None:
-    # The brute force's optimum with the small model (its restarts stepped together since
-    # 2026-11-30; with the restarts run one by one it was 4.188893803 and 4.083438645, where
-    # exact found 4.188892532 (sum) and 4.083438468 (risk-averse) before its fix)
+    # The check is _agrees: exact proven and equal to the brute force. ``want`` is the brute
+    # force's optimum with the small model on the machine the bug was found on (its restarts
+    # stepped together since 2026-11-30; with the restarts run one by one it was 4.188893803
+    # and 4.083438645, where exact found 4.188892532 (sum) and 4.083438468 (risk-averse)
+    # before its fix). It only identifies the case: the small model's fit moves in its last
+    # bits between CPUs (other vector kernels, other BLAS paths; on an AVX-512 machine
+    # 4.188894017 and 4.083441187), so it is held to a relative 1e-4 (4e-4): the moves seen
+    # are 1,000 times smaller, and the other job mixes of this machine and model (seeds 0-11)
+    # have optima 0.019 or more away (4.170 and 4.225 the nearest).
     value = _agrees(_singles(small_model, 5, objective))
-    assert value == pytest.approx(want, abs=1e-9)
+    assert value == pytest.approx(want, rel=1e-4)
 
 
 @pytest.mark.slow

@@ -877,7 +877,9 @@ def fit(
     and the fit stops at the next such plateau at least 200 steps later. Pyro parameters live
     in the guide module (``module_local_params``), never in Pyro's global store, and all
     randomness comes from a private torch RNG state seeded by ``seed``: the same data and seed
-    give the same model. SVI runs with Pyro's validation switched off (and restored after):
+    give the same model on the same machine and build (on a CPU whose vectorised or BLAS
+    kernels round otherwise, SVI carries the last-bit differences into another fit, as
+    another seed would). SVI runs with Pyro's validation switched off (and restored after):
     the inputs are checked before, and a non-finite loss raises :class:`InputError`. Each step
     computes what Pyro's ``SVI`` with ``AutoNormal``, ``ClippedAdam`` and ``Trace_ELBO`` would,
     from the same draws, with none of Pyro's per-site tracing after the first step: the ELBO
