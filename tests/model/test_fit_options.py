@@ -333,3 +333,22 @@ def test_evaluate_refuses_its_own_arguments_in_fit_kwargs_and_bad_seeds() -> Non
         evaluate(data, fit_kwargs={"seed": 3, "steps": 3})
     with pytest.raises(InputError, match=r"seed must be an integer in \[0, 2\*\*63\)"):
         evaluate(data, seed=-1)
+
+
+def test_a_fit_records_what_its_last_bits_depend_on(
+    small_model: InterferenceModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Fits are the same bit for bit only on one machine and build (docs/benchmarks.md, "Fits
+    # differ by CPU"): the fit says which.
+    import torch
+
+    from interplace.model._fit import build_info
+
+    build = small_model.info["build"]
+    assert build["torch"] == torch.__version__
+    assert build["cpu_capability"] == str(torch.backends.cpu.get_cpu_capability())
+    assert isinstance(build["mkl"], bool)
+    for name in ("ATEN_CPU_CAPABILITY", "MKL_CBWR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+    assert build_info()["kernel_settings"] == {"MKL_ENABLE_INSTRUCTIONS": "AVX2"}

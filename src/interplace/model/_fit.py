@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -22,6 +23,7 @@ from pyro.infer.autoguide.initialization import init_to_median, init_to_value
 from torch.distributions import biject_to, transform_to
 from tqdm.auto import tqdm
 
+from interplace import __version__
 from interplace._parallel import one_blas_thread, spawn_map
 from interplace.datasets.runs import CoLocationData
 from interplace.errors import InputError, check_seed, is_int, is_real
@@ -879,7 +881,8 @@ def fit(
     randomness comes from a private torch RNG state seeded by ``seed``: the same data and seed
     give the same model on the same machine and build (on a CPU whose vectorised or BLAS
     kernels round otherwise, SVI carries the last-bit differences into another fit, as
-    another seed would). SVI runs with Pyro's validation switched off (and restored after):
+    another seed would; ``info["build"]`` records what decides it, :func:`build_info`). SVI
+    runs with Pyro's validation switched off (and restored after):
     the inputs are checked before, and a non-finite loss raises :class:`InputError`. Each step
     computes what Pyro's ``SVI`` with ``AutoNormal``, ``ClippedAdam`` and ``Trace_ELBO`` would,
     from the same draws, with none of Pyro's per-site tracing after the first step: the ELBO
@@ -1149,6 +1152,7 @@ def fit(
         "cold_demand_shift": shifts,
         "isolated_readings": readings_map(readings, jobs, resources),
         "isolated_samples": isolated_samples(counters, len(jobs)),
+        "build": build_info(),
     }
     structure = InterferenceModel(
         jobs=jobs,
@@ -1183,6 +1187,34 @@ def fit(
     info["measured_seconds"] = stage2_seconds
     info["fit_seconds"] = seconds + stage2_seconds
     return model
+
+
+_KERNEL_SETTINGS = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR")
+"""Environment variables that choose the CPU kernels' code paths, and so a fit's last bits."""
+
+
+def build_info() -> dict[str, Any]:
+    """What a fit's numbers depend on beyond its data, seed and options: the versions of
+    interplace, torch, Pyro and NumPy, the CPU instruction level torch's kernels run at
+    (``cpu_capability``: ``AVX512``, ``AVX2``, ``DEFAULT``...), whether torch's BLAS is MKL,
+    and any of :data:`_KERNEL_SETTINGS` that is set. Two fits with the same data, seed and
+    options are the same bit for bit where these agree on the same CPU model; where the
+    instruction level or the BLAS differs, vectorised functions and products round their
+    last bit otherwise and SVI carries that into another fit (``docs/benchmarks.md``, "Fits
+    differ by CPU"). :func:`fit` records it as ``info["build"]``.
+
+    >>> sorted(build_info())
+    ['cpu_capability', 'interplace', 'kernel_settings', 'mkl', 'numpy', 'pyro', 'torch']
+    """
+    return {
+        "interplace": __version__,
+        "torch": torch.__version__,
+        "pyro": pyro.__version__,
+        "numpy": np.__version__,
+        "cpu_capability": str(torch.backends.cpu.get_cpu_capability()),
+        "mkl": bool(torch.backends.mkl.is_available()),
+        "kernel_settings": {k: os.environ[k] for k in _KERNEL_SETTINGS if k in os.environ},
+    }
 
 
 def _share_of(

