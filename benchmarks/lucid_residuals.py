@@ -51,11 +51,13 @@ from _lucid import add_lucid_options, lucid_split, require_lucid
 from _results import report
 
 from interplace._parallel import spawn_map
+from interplace.datasets import load_lucid
 from interplace.errors import InputError
 from interplace.model import fit
 from interplace.model._data import job_families
 from interplace.model._evaluate import row_queries, solo_counters
 from interplace.model._peers import fit_ebm
+from interplace.model._softimpute import biases
 
 RIDGE = 3.0
 """The group oracles' shrinkage: a group's other rows count as ``n - 1 + RIDGE``."""
@@ -168,10 +170,8 @@ def _data_figures(path: str) -> dict[str, Any]:
     v = np.r_[[ix[x] for x in j1], [ix[x] for x in j2]]
     c = np.r_[[ix[x] for x in j2], [ix[x] for x in j1]]
     y = np.log(np.r_[d["speed1"].to_numpy(float), d["speed2"].to_numpy(float)])
-    mu, a, b = y.mean(), np.zeros(n), np.zeros(n)
-    for _ in range(200):  # an additive fit: victim level a, co-runner pressure b
-        a = np.bincount(v, y - mu - b[c], n) / np.bincount(v, None, n)
-        b = np.bincount(c, y - mu - a[v], n) / np.bincount(c, None, n)
+    # An additive fit: victim level a, co-runner pressure b (least squares, no ridge).
+    _, a, _ = biases(y, v, c, n, ridge=0.0, iters=200)
     s = s.assign(job=key(s["model"], s["batchsize"], s["amp"]),
                  logt=np.log(s["speed"].astype(float)), logbs=np.log(s["batchsize"].astype(float)))
     dev = {}
@@ -208,7 +208,7 @@ def _summary(rows: list[dict[str, Any]], path: str) -> dict[str, Any]:
                                     for k in rs[0][key]}
                 pooled = pd.Series({(r["seed"], j): e for r in rs
                                     for j, e in r["cold_victim_mean_errors"].items()})
-                solo = solo_counters(lucid_split(path, "random", 0)[0])
+                solo = solo_counters(load_lucid(path))  # every job's isolated runs
                 feats = solo.reindex([j for _, j in pooled.index])
                 med["cold_victim_error_corr_with_readings"] = {
                     str(col): float(np.corrcoef(pooled.to_numpy(),

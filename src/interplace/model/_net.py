@@ -617,8 +617,13 @@ def normal_log_density(z: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) 
     >>> round(float(normal_log_density(z, 0 * one, one)), 6)  # 2 log N(0) - 1/2
     -2.337877
     """
-    scale = scale.expand(z.shape)
-    return (-0.5 * ((z - loc) / scale) ** 2 - scale.log() - _HALF_LOG_2PI).sum()
+    return _normal_terms(z, loc, scale.expand(z.shape)).sum()
+
+
+def _normal_terms(z: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Each entry's :math:`\\log \\mathcal{N}(z;\\, \\mu, \\sigma)`, ``scale`` already of
+    ``z``'s shape: the arithmetic :func:`normal_log_density` and :func:`joint_prior` share."""
+    return -0.5 * ((z - loc) / scale) ** 2 - scale.log() - _HALF_LOG_2PI
 
 
 def student_t_log_prob(
@@ -680,8 +685,7 @@ def joint_prior(
             dim=-1,
         )
 
-    z, loc, scale = stacked(0), stacked(1), stacked(2)
-    return (-0.5 * ((z - loc) / scale) ** 2 - scale.log() - _HALF_LOG_2PI).sum(-1)
+    return _normal_terms(stacked(0), stacked(1), stacked(2)).sum(-1)
 
 
 class _PyroSites:
