@@ -26,6 +26,7 @@ from interplace.model import (
 )
 from interplace.model._data import counters_from_samples, observations_from_runs
 from interplace.model._net import KAPPA, counter_mean, log_speed, member_slots
+from interplace.model._peers import pair_rows
 from interplace.topology import load
 
 
@@ -255,3 +256,32 @@ def test_pairs_table_rows_become_queries_in_order(small_model: InterferenceModel
     pairs = pd.DataFrame({"job": [b, a], "co_runner": [f"{a} + {c}", b]})
     assert small_model.queries_from_frame(pairs) == [Query(b, (a, c)), Query(a, (b,))]
     assert small_model.predict_frame(pairs)["job"].tolist() == [b, a]
+
+
+def test_a_job_named_with_a_plus_is_one_co_runner_in_every_evaluation_path() -> None:
+    # A job's own name may hold a "+" (fit and queries_from_frame take it); the evaluation
+    # helpers once split the joined co_runner text again, so "job1+job2", a job of its own
+    # next to job0, was scored as job0 next to job1 and job2 (MAE 0.26 against 0.012), and a
+    # name whose parts are not jobs ("gemm+memcpy") made evaluate refuse data fit accepts.
+    d = synthetic(4, seed=0, samples_per_run=2)
+    data = CoLocationData(d.runs.assign(job=d.runs["job"].replace({"job3": "job1+job2"})),
+                          d.samples, "plus")
+    rows = colocated_rows(data)
+    plus = rows.loc[rows["co_runner"] == "job1+job2"]
+    assert len(plus) > 0 and all(c == ("job1+job2",) for c in plus["co_runners"])
+    assert {q.co_runners for q in row_queries(plus)} == {("job1+job2",)}
+    # Every pair run: no row has two co-runners, and the peers train on all of them.
+    assert rows["co_runners"].map(len).eq(1).all()
+    assert len(pair_rows(data)) == len(rows)
+    train, test = holdout_split(data, seed=0)
+    b = baselines(train, test)
+    assert b["per_job_mean"]["mae"] is not None
+    # A table with only the joined text reads a known whole name as one job.
+    text = plus[["job", "co_runner", "speed"]]
+    assert row_queries(text, {"job0", "job1", "job2", "job1+job2"}) == row_queries(plus)
+    # cold start keeps the runs of a cold "job1+job2" out of training, and only those.
+    tr, held, cold = cold_split(data, cold_jobs=1, seed=0)
+    for name in cold:
+        assert not colocated_rows(tr)["co_runners"].map(lambda c, n=name: n in c).any()
+        assert all(j == name or name in c
+                   for j, c in zip(held["job"], held["co_runners"], strict=True))

@@ -273,6 +273,7 @@ from interplace.model._data import (
 from interplace.model._evaluate import (
     baselines,
     best_baseline,
+    co_runner_lists,
     cold_split,
     colocated_rows,
     evaluate,
@@ -334,6 +335,7 @@ __all__ = [
     "StabilityReport",
     "baselines",
     "best_baseline",
+    "co_runner_lists",
     "cold_split",
     "colocated_rows",
     "evaluate",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,7 @@ from interplace.topology import Topology
 __all__ = [
     "baselines",
     "best_baseline",
+    "co_runner_lists",
     "cold_split",
     "colocated_rows",
     "evaluate",
@@ -35,12 +36,14 @@ def colocated_rows(data: CoLocationData) -> pd.DataFrame:
     """One row per job instance of every run with two or more rows, in runs-table order.
 
     Columns: ``run_id``, ``job``, ``co_runner`` (the other instances' jobs joined by ``+``,
-    sorted) and ``speed`` (throughput over the job's isolated throughput).
+    sorted), ``speed`` (throughput over the job's isolated throughput) and ``co_runners``
+    (the same jobs as a tuple: a job's own name may hold a ``+``, so the joined text is for
+    reading, the tuple for computing; :func:`co_runner_lists`).
 
     >>> runs = pd.DataFrame({"run_id": ["a", "b", "p", "p"], "job": ["x", "y", "x", "y"],
     ...                      "throughput": [10.0, 4.0, 5.0, 3.0]})
     >>> colocated_rows(CoLocationData(runs, None, "toy")).values.tolist()
-    [['p', 'x', 'y', 0.5], ['p', 'y', 'x', 0.75]]
+    [['p', 'x', 'y', 0.5, ('y',)], ['p', 'y', 'x', 0.75, ('x',)]]
     """
     runs = data.runs
     iso = data.isolated_throughput()
@@ -55,9 +58,31 @@ def colocated_rows(data: CoLocationData) -> pd.DataFrame:
         rows = members[r]
         if len(rows) < 2:
             continue
-        co = sorted(job[q] for q in rows if q != pos)
-        out.append((r, job[pos], "+".join(co), tput[pos] / float(iso[job[pos]])))
-    return pd.DataFrame(out, columns=["run_id", "job", "co_runner", "speed"])
+        co = tuple(sorted(job[q] for q in rows if q != pos))
+        out.append((r, job[pos], "+".join(co), tput[pos] / float(iso[job[pos]]), co))
+    return pd.DataFrame(out, columns=["run_id", "job", "co_runner", "speed", "co_runners"])
+
+
+def co_runner_lists(
+    rows: pd.DataFrame, known: Collection[str] | None = None
+) -> list[tuple[str, ...]]:
+    """Each row's co-runners, as a tuple of job names.
+
+    Rows of :func:`colocated_rows` carry them (``co_runners``). A table with only a
+    ``co_runner`` column (names joined by ``+``) is split at ``+``, except that a cell which
+    is itself a name in ``known`` is that one job (as
+    :meth:`~interplace.model.InterferenceModel.queries_from_frame` reads it).
+
+    >>> t = pd.DataFrame({"job": ["a", "a"], "co_runner": ["b+c", "gemm+memcpy"]})
+    >>> co_runner_lists(t, known={"a", "b", "c", "gemm+memcpy"})
+    [('b', 'c'), ('gemm+memcpy',)]
+    """
+    if "co_runners" in rows.columns:
+        return [tuple(c) for c in rows["co_runners"]]
+    names = set(known or ())
+    return [
+        (c,) if c in names else tuple(c.split("+")) for c in rows["co_runner"].astype(str)
+    ]
 
 
 def _colocated_runs(data: CoLocationData) -> list[str]:
@@ -114,8 +139,8 @@ def cold_split(
     cold_set = set(cold)
     runs_with = {
         r
-        for r, j, c in zip(rows["run_id"], rows["job"], rows["co_runner"], strict=True)
-        if j in cold_set or any(x in cold_set for x in c.split("+"))
+        for r, j, c in zip(rows["run_id"], rows["job"], rows["co_runners"], strict=True)
+        if j in cold_set or any(x in cold_set for x in c)
     }
     keep = set(data.runs["run_id"].astype(str)) - runs_with
     test = rows.loc[rows["run_id"].isin(runs_with)].reset_index(drop=True)
@@ -178,8 +203,9 @@ def baselines(train: CoLocationData, test: pd.DataFrame) -> dict[str, dict[str, 
     }
     util = solo_gpu_util(train)
     total = []
-    for job, co in zip(test["job"], test["co_runner"], strict=True):
-        names = [job, *co.split("+")]
+    known = set(train.runs["job"].astype(str))
+    for job, co in zip(test["job"], co_runner_lists(test, known), strict=True):
+        names = [job, *co]
         if all(n in util.index for n in names):
             total.append(float(sum(util[n] for n in names)))
         else:
@@ -220,28 +246,30 @@ def family_lookup(
         f = families.get(job)
         return f"job:{job}" if f is None else f"family:{f}"
 
-    def key(job: str, co: str) -> tuple[str, tuple[str, ...]]:
-        return fam(job), tuple(sorted(fam(c) for c in co.split("+")))
+    def key(job: str, co: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+        return fam(job), tuple(sorted(fam(c) for c in co))
 
     global_mean = float(rows["speed"].mean()) if len(rows) else 1.0
     by_key: dict[tuple[str, tuple[str, ...]], list[float]] = {}
     by_job: dict[str, list[float]] = {}
     by_fam: dict[str, list[float]] = {}
-    for job, co, speed in zip(rows["job"], rows["co_runner"], rows["speed"], strict=True):
+    for job, co, speed in zip(rows["job"], rows["co_runners"], rows["speed"], strict=True):
         by_key.setdefault(key(job, co), []).append(float(speed))
         by_job.setdefault(job, []).append(float(speed))
         by_fam.setdefault(fam(job), []).append(float(speed))
     out = []
-    for job, co in zip(test["job"], test["co_runner"], strict=True):
+    known = set(train.runs["job"].astype(str))
+    for job, co in zip(test["job"], co_runner_lists(test, known), strict=True):
         found = by_key.get(key(job, co)) or by_job.get(job) or by_fam.get(fam(job))
         out.append(float(np.mean(found)) if found else global_mean)
     return np.asarray(out, dtype=float)
 
 
-def row_queries(rows: pd.DataFrame) -> list[Query]:
-    """One :class:`Query` per row of :func:`colocated_rows` (co-runners split at ``+``)."""
+def row_queries(rows: pd.DataFrame, known: Collection[str] | None = None) -> list[Query]:
+    """One :class:`Query` per row of :func:`colocated_rows` (co-runners as
+    :func:`co_runner_lists` reads them)."""
     return [
-        Query(j, tuple(c.split("+"))) for j, c in zip(rows["job"], rows["co_runner"], strict=True)
+        Query(j, c) for j, c in zip(rows["job"], co_runner_lists(rows, known), strict=True)
     ]
 
 
@@ -272,7 +300,7 @@ def score(
     """
     post = posterior
     if post is None:
-        post = model.posterior_speed(row_queries(test), seed=seed)
+        post = model.posterior_speed(row_queries(test, model.jobs), seed=seed)
     if post.speed.shape[1] != len(test):
         raise InputError(f"posterior has {post.speed.shape[1]} queries for {len(test)} rows")
     y = test["speed"].to_numpy(dtype=float)

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -61,7 +61,7 @@ import pandas as pd
 from interplace._parallel import one_blas_thread
 from interplace.datasets.runs import CoLocationData
 from interplace.errors import InputError
-from interplace.model._evaluate import solo_counters
+from interplace.model._evaluate import co_runner_lists, solo_counters
 from interplace.model._softimpute import LAMBDA_FRACTIONS, RANKS, biases, fit_cells
 
 __all__ = [
@@ -107,20 +107,21 @@ def pair_rows(data: CoLocationData) -> pd.DataFrame:
     from interplace.model._evaluate import colocated_rows
 
     rows = colocated_rows(data)
-    return rows.loc[~rows["co_runner"].str.contains("+", regex=False)].reset_index(drop=True)
+    return rows.loc[rows["co_runners"].map(len).eq(1)].reset_index(drop=True)
 
 
 _PairFn = Callable[[list[str], list[str]], _FloatArray]
 
 
-def _product(rows: pd.DataFrame, pair: _PairFn) -> _FloatArray:
-    """Each row's speed as the product of its pairwise speeds (co-runners split at ``+``)."""
+def _product(rows: pd.DataFrame, pair: _PairFn, known: Collection[str]) -> _FloatArray:
+    """Each row's speed as the product of its pairwise speeds (co-runners as
+    :func:`~interplace.model.co_runner_lists` reads them, ``known`` the fitted jobs)."""
     jobs: list[str] = []
     cos: list[str] = []
     owner: list[int] = []
-    for i, (j, c) in enumerate(zip(rows["job"].astype(str), rows["co_runner"].astype(str),
+    for i, (j, c) in enumerate(zip(rows["job"].astype(str), co_runner_lists(rows, known),
                                    strict=True)):
-        for k in c.split("+"):
+        for k in c:
             jobs.append(j)
             cos.append(k)
             owner.append(i)
@@ -163,7 +164,7 @@ class SoftImpute:
 
     def predict(self, rows: pd.DataFrame) -> _FloatArray:
         """Speed of each row, shape ``(N,)``."""
-        return _product(rows, self.pair)
+        return _product(rows, self.pair, self.jobs)
 
 
 def fit_soft_impute(data: CoLocationData, *, seed: int = 0, folds: int = 5) -> SoftImpute:
@@ -246,7 +247,7 @@ class BoostedPeer:
 
     def predict(self, rows: pd.DataFrame) -> _FloatArray:
         """Speed of each row, shape ``(N,)``."""
-        return _product(rows, self.pair)
+        return _product(rows, self.pair, self.jobs)
 
 
 def _boosted(

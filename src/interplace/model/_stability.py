@@ -614,7 +614,7 @@ def _map_queries(queries: Iterable[Query], mapping: Mapping[str, str] | None) ->
 
 
 def _unique_queries(rows: pd.DataFrame) -> pd.DataFrame:
-    return rows.drop_duplicates(["job", "co_runner"]).reset_index(drop=True)
+    return rows.drop_duplicates(["job", "co_runners"]).reset_index(drop=True)
 
 
 def _covered(post: SpeedPosterior, test: pd.DataFrame) -> np.ndarray[Any, Any]:
@@ -882,7 +882,7 @@ def _judge_jobs(
     # Repeated measurements of one co-location that disagree beyond the noise.
     spread: dict[str, float] = {}
     logs = rows.assign(log_speed=np.log(rows["speed"].to_numpy(float)))
-    for key, g in logs.groupby(["job", "co_runner"]):
+    for key, g in logs.groupby(["job", "co_runners"]):
         if len(g) >= 2:
             j = str(cast("tuple[str, str]", key)[0])
             gap = float(g["log_speed"].max() - g["log_speed"].min())
