@@ -108,6 +108,8 @@ def test_cli(tmp_path: Path, small_model: InterferenceModel,
     code = main(["train-policy", "--model", str(model_dir), "--topology", "pcie-8gpu",
                  "--out", str(out), "--episodes", "3", "--rollouts", "2", "--quiet"])
     assert code == 0 and (out / "policy.safetensors").is_file()
+    # The reward is averaged over the episodes there were (it said "last 20" of 3).
+    assert "last 3 episodes" in capsys.readouterr().out
     jobs = tmp_path / "jobs.csv"
     jobs.write_text("job_id,job,gpus\n" + "".join(
         f"j{k},{small_model.jobs[k % 4]},1\n" for k in range(6)))

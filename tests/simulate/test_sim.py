@@ -159,6 +159,12 @@ def test_cli_json_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert {"avg_jct_s", "p99_jct_s", "makespan_s", "avg_queue_s"} <= set(
         out["policies"]["oracle"])
     assert (tmp_path / "plots" / "jct_cdf.png").is_file()
+    # The table's note names the files as written ("plots/" once printed "plots//jct_cdf.png").
+    code = main(["simulate", "--trace", "synthetic", "--jobs", "4", "--topology", "dgx-a100",
+                 "--policies", "oracle", "--plot", str(tmp_path / "plots") + "/"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert f"plots written to {tmp_path / 'plots' / 'jct_cdf.png'}, " in out and "//" not in out
 
 
 @pytest.mark.parametrize(

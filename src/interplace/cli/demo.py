@@ -315,9 +315,12 @@ def register(sub: Subparsers) -> None:
         description="Show a built-in topology and the contention domains of a few GPU sets, "
         "then fit the interference model to Gavel's packaged V100 measurements with 30% of "
         "the co-located runs held out, print its held-out error, interval coverage and "
-        "baselines, a few predictions and the best and worst partners of one job, and write "
-        "into --out the topology plot, a CSV of predictions for every ordered job pair and a "
-        "plot of predicted against measured held-out speed.",
+        "baselines, a few predictions and the best and worst partners of one job; place a "
+        "14-job mix on a DGX A100 with every policy, each placement scored with the measured "
+        "speeds as a share of the measured optimum; and simulate the packaged Philly-derived "
+        "trace on two DGX A100 against the baselines. Writes into --out the topology plot, a "
+        "CSV of predictions for every ordered job pair, a plot of predicted against measured "
+        "held-out speed, and the simulation's jct_cdf.png and timeline.png.",
     )
     demo.add_argument(
         "--topology",

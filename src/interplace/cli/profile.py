@@ -71,7 +71,9 @@ def register(sub: Subparsers) -> None:
         metavar="S",
         help="length of the measurement window (default: 5)",
     )
-    prof.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    prof.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                      help="where the reference workloads run (default: cuda; cpu on a "
+                      "machine without a GPU, with host counters only)")
     prof.add_argument(
         "--gpu",
         type=int_at_least(0),

@@ -101,11 +101,14 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--topology", metavar="T", help="every node's topology: file or built-in")
     p.add_argument("--node-topology", metavar="DIR",
                    help="a topology file (or recording) per node, named after the node")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default: 127.0.0.1, this machine only; "
+                   "0.0.0.0 to serve a cluster's scheduler through a Service)")
     p.add_argument("--port", type=int_at_least(1), default=8888, help="port (default: 8888)")
     p.add_argument("--policy", default="local-search", metavar="NAME",
                    help="placement policy (default: local-search)")
-    p.add_argument("--max-per-gpu", type=int_at_least(1), default=2, metavar="K")
+    p.add_argument("--max-per-gpu", type=int_at_least(1), default=2, metavar="K",
+                   help="jobs per GPU at most (default: 2)")
     p.add_argument("--deadline", type=positive_number, default=2.0, metavar="S",
                    help="most seconds a prioritize call takes, from the request's "
                    "arrival; nodes not scored by then get the neutral score (default: 2)")

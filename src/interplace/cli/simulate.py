@@ -43,6 +43,7 @@ def _run(args: argparse.Namespace) -> int:
         if len(configs) > 1 or args.ray:
             raise InputError("--plot draws one simulation: drop --seeds/--ray to plot")
         prepare_output_dir(args.plot, "--plot directory")
+    plots: list[str] = []
     if len(configs) == 1 and not args.ray:
         from tqdm.auto import tqdm
 
@@ -54,7 +55,7 @@ def _run(args: argparse.Namespace) -> int:
             bar.close()
         metrics = [{k: v.metrics() for k, v in results.items()}]
         if args.plot is not None:
-            plot_results(results, args.plot)
+            plots = [str(path) for path in plot_results(results, args.plot)]
     else:
         metrics = sweep(configs, ray=args.ray)
     summary = _median(metrics)
@@ -63,7 +64,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(_table(summary, configs[0], len(seeds)))
         if args.plot is not None:
-            sys.stdout.write(f"plots written to {args.plot}/jct_cdf.png, timeline.png\n")
+            sys.stdout.write(f"plots written to {', '.join(plots)}\n")
     return 0
 
 

@@ -43,7 +43,8 @@ def _run(args: argparse.Namespace) -> int:
     save_policy(policy, out)
     sys.stdout.write(
         f"trained on {args.episodes} episodes x {args.rollouts} rollouts on {topology.name} "
-        f"(reward per job, last 20 episodes: {policy.info['reward_per_job_last20']:.3f}) "
+        f"(reward per job, last {min(20, args.episodes)} episodes: "
+        f"{policy.info['reward_per_job_last20']:.3f}) "
         f"-> {out}\n"
     )
     return 0
@@ -72,7 +73,8 @@ def register(sub: Subparsers) -> None:
                    help="placements sampled per mix (default: 8)")
     p.add_argument("--objective", default="sum", metavar="NAME",
                    help="sum (default), max-min or risk-averse")
-    p.add_argument("--max-per-gpu", type=int_at_least(1), default=2, metavar="K")
+    p.add_argument("--max-per-gpu", type=int_at_least(1), default=2, metavar="K",
+                   help="jobs per GPU at most (default: 2)")
     p.add_argument("--seed", type=int_at_least(0), default=0, help="random seed (default: 0)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_run)
