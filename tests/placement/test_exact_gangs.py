@@ -7,9 +7,10 @@ leaves 0 and 1, on one switch), and a GPU holding one gang's instance is not a G
 another gang's (or a single job) of the same type. ``exact`` once merged such sets and
 returned placements below the optimum (2.666 instead of 2.833 and 2.859 instead of 2.875
 with ``sum``). It now keeps one set per orbit under the machine's symmetries that fix the
-state; a gang larger than a machine tries every choice of whole machines, not only
-contiguous runs. Each case is compared with the brute force of ``test_exact_bound`` (every
-GPU for a single job, every GPU set inside a machine for a gang, or pending).
+state; a gang larger than a machine tries every set of GPUs that can take it (up to
+``SPANNING_SETS``), not only whole machines. Each case is compared with the brute force of
+``test_exact_bound`` (every GPU for a single job, every GPU set inside a machine for a gang,
+or pending).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pytest
 
 from interplace.model import InterferenceModel
 from interplace.placement import ClusterState, Job, MeasuredSpeeds, Problem, SpeedSource
+from interplace.placement._problem import SPANNING_SETS
 from interplace.placement._types import Running
 from interplace.placement.exact import _machine_symmetries, _options, exact
 from interplace.topology import builtin
@@ -160,8 +162,54 @@ def test_gang_larger_than_a_machine_skips_a_busy_machine() -> None:
     where = got.where[big]
     assert where is not None
     assert {problem.machine_of[g] for g in where} == {"n0", "n2"}
+    # Proven by the bound alone (the gang at its speed alone, where local-search put it):
+    # any 16 of the 24 GPUs may take it (check_state), C(24, 16) sets, past SPANNING_SETS,
+    # which the search would try only in part, and then say it is not proven.
+    assert problem.info["exact"] is True
+    assert "spanning_capped" not in problem.info
     options = problem.candidates(problem.empty_state(), big, exhaustive=True)
-    assert len(options) == 3  # every pair of machines
+    assert len(options) == SPANNING_SETS and problem.info["spanning_capped"] is True
+    assert options[0] == (*range(8), *range(16, 24))  # fewest, least loaded machines first
+
+
+@pytest.mark.parametrize(
+    ("busy", "max_per_gpu", "best"),
+    [
+        # n0:0-3 busy: all of n1 and n0:4-7 (the old rule took all of n0, then n1:0-3)
+        ([f"n0:{k}" for k in range(4)], 2, 5.0),
+        # n1:0-3 full: n1 is not a whole free machine, but n0 and n1:4-7 take the gang (it
+        # was left pending)
+        ([f"n1:{k}" for k in range(4)], 1, 5.0),
+        # one busy GPU on each machine: only six and six avoid both (no whole-machine rule
+        # finds it)
+        (["n0:0", "n1:0"], 2, 3.0),
+    ],
+)
+def test_gang_larger_than_a_machine_may_take_any_gpus(
+    busy: list[str], max_per_gpu: int, best: float
+) -> None:
+    # Any two jobs on one GPU each run at half speed; a 12-GPU gang on two 8-GPU machines.
+    # Exact once tried only whole free machines, the first GPUs of the last one, and
+    # called the result proven. Checked against every 12 of the 16 GPUs (1,820 sets).
+    speed = MeasuredSpeeds({(a, b): 0.5 for a in "pq" for b in "pq"})
+    running = ClusterState(tuple(Running(Job(f"r{k}", "q"), (g,)) for k, g in enumerate(busy)))
+
+    def make() -> Problem:
+        return Problem(builtin("pcie-8gpu*2"), speed, [Job("big", "p", gpus=12, comm_share=0.0)],
+                       running, num_samples=4, max_per_gpu=max_per_gpu)
+
+    problem = make()
+    got = exact(problem)
+    assert problem.info["exact"] is True
+    brute = make()
+    values = []
+    for gpus in itertools.combinations(range(16), 12):
+        st = brute.empty_state()
+        if all(brute.can_host(st, brute.n_running, g) for g in gpus):
+            brute.assign(st, brute.n_running, list(gpus))
+            values.append(brute.value(st))
+    assert max(values) == pytest.approx(best)
+    assert problem.value(got) == pytest.approx(best)
 
 
 def test_symmetries_are_true_ones() -> None:

@@ -31,7 +31,8 @@ Running jobs count: a new co-runner that slows one is charged for it. Jobs that 
 placed (no free slot under ``max_per_gpu``, or only forbidden partners) come back in
 ``Placement.pending``; every policy places as many jobs as it can.
 
-Multi-GPU jobs are gang-placed inside one machine when they fit (whole machines when larger);
+Multi-GPU jobs are gang-placed inside one machine when they fit (when larger, on any GPUs
+that can take them: whole free machines first, ``exact`` every such set up to a limit);
 among candidate GPU sets the communication model prefers faster, less shared links
 (``NV# < PIX < PXB < PHB < NODE < SYS < NET``).
 

@@ -34,11 +34,15 @@ from interplace.placement._sources import SpeedSource
 from interplace.placement._types import OBJECTIVES, ClusterState, Job
 from interplace.topology import DomainKind, Topology
 
-__all__ = ["RISK_QUANTILE", "Problem", "SpeedCache", "State"]
+__all__ = ["RISK_QUANTILE", "SPANNING_SETS", "Problem", "SpeedCache", "State"]
 
 RISK_QUANTILE = 0.1
 """The quantile of the summed speed over posterior draws that ``objective="risk-averse"``
 maximises: the sum the placement reaches in at least 90% of what the model believes."""
+
+SPANNING_SETS = 20_000
+"""Most GPU sets the exact search tries for one gang larger than a machine (every set of GPUs
+that can take it, fewest machines first); past it the search is not proven optimal."""
 
 _RESOURCES: tuple[str, ...] = DOMAIN_RESOURCES[DomainKind.GPU]
 _FULL = (1 << len(_RESOURCES)) - 1
@@ -943,14 +947,16 @@ class Problem:
 
         Per machine with enough free GPUs, its sets with the cheapest all-reduce (ties: the
         least loaded), at most ``limit`` per machine; machines in the same state contribute
-        once. A job larger than a machine takes whole machines with every GPU free
-        (contiguous runs of them).
+        once. A job larger than a machine: whole free machines (contiguous runs of them),
+        and the GPUs that can take it filled machine by machine
+        (:meth:`_spanning_candidates`).
 
-        ``limit=None`` (exact search): every set inside each machine and every choice of
-        whole machines, and machines count as in the same state only when they hold the
-        same gangs too (:meth:`_gang_holds`); symmetric sets inside a machine are left to
-        the caller (``exact``'s orbits), since equal ring costs and holdings alone do not
-        make two sets interchangeable (what they leave free may differ).
+        ``limit=None`` (exact search): every set inside each machine, and machines count as
+        in the same state only when they hold the same gangs too (:meth:`_gang_holds`);
+        symmetric sets inside a machine are left to the caller (``exact``'s orbits), since
+        equal ring costs and holdings alone do not make two sets interchangeable (what they
+        leave free may differ). A job larger than a machine: every set of GPUs that can take
+        it, up to :data:`SPANNING_SETS` (:meth:`_spanning_sets`).
         """
         n = self.jobs[i].gpus
         out: list[tuple[int, ...]] = []
@@ -985,18 +991,72 @@ class Problem:
             combos.sort(key=lambda c: (self.comm_cost(c), sum(len(st.occ[g]) for g in c), c))
             out.extend(combos if limit is None else combos[:limit])
         if n > self.machine_size:
-            whole = [idx for idx in self.machines.values()
-                     if all(self.can_host(st, i, g) for g in idx)]
-            need = math.ceil(n / self.machine_size)
-            runs: Iterable[Sequence[list[int]]] = (
-                itertools.combinations(whole, need) if limit is None
-                else (whole[s : s + need] for s in range(0, len(whole) - need + 1))
-            )
-            for run in runs:
-                gpus = [g for idx in run for g in idx][:n]
-                out.append(tuple(gpus))
-                if limit is not None and len(out) >= limit:
-                    break
+            out.extend(self._spanning_sets(st, i) if limit is None
+                       else self._spanning_candidates(st, i, limit))
+        return out
+
+    def _hostable_by_machine(self, st: State, i: int) -> list[list[int]]:
+        """Per machine with any, the GPUs that can take instance ``i``, least loaded first;
+        machines with the most such GPUs first (then the least loaded, then in order)."""
+        per = []
+        for idx in self.machines.values():
+            free = sorted((g for g in idx if self.can_host(st, i, g)),
+                          key=lambda g: (self.taken(st, g), g))
+            if free:
+                per.append(free)
+        per.sort(key=lambda f: (-len(f), sum(self.taken(st, g) for g in f), f[0]))
+        return per
+
+    def _spanning_candidates(self, st: State, i: int, limit: int) -> list[tuple[int, ...]]:
+        """A few GPU sets for a gang larger than a machine (the heuristics' candidates):
+        contiguous runs of machines with every GPU free, then the GPUs that can take it
+        filled machine by machine (the machines with most such GPUs first, least loaded GPUs
+        first), then the same with the least loaded machines first."""
+        n = self.jobs[i].gpus
+        out: list[tuple[int, ...]] = []
+        whole = [idx for idx in self.machines.values()
+                 if all(self.can_host(st, i, g) for g in idx)]
+        need = math.ceil(n / self.machine_size)
+        for s in range(len(whole) - need + 1):
+            out.append(tuple([g for idx in whole[s : s + need] for g in idx][:n]))
+        per = self._hostable_by_machine(st, i)
+        if sum(len(f) for f in per) >= n:
+            by_load = sorted(per, key=lambda f: (sum(self.taken(st, g) for g in f) / len(f),
+                                                 -len(f), f[0]))
+            for order in (per, by_load):
+                out.append(tuple(sorted(itertools.islice(itertools.chain(*order), n))))
+        return list(dict.fromkeys(tuple(sorted(c)) for c in out))[:limit]
+
+    def _spanning_sets(self, st: State, i: int) -> list[tuple[int, ...]]:
+        """Every set of GPUs that can take a gang larger than a machine (exact search), up to
+        :data:`SPANNING_SETS`: fewest machines first (as many GPUs as can be from the
+        machines with the most free ones), least loaded GPUs first. A placement may put such
+        a gang on any GPUs (:func:`~interplace.placement._place.check_state`), and no
+        symmetry is used to merge these sets: a ring across machines runs through the GPUs
+        in their order, so which positions it takes in each machine changes its cost. Past
+        the limit ``info["spanning_capped"]`` is set, and the search is not proven optimal.
+        """
+        n = self.jobs[i].gpus
+        per = self._hostable_by_machine(st, i)
+        room = [0] * (len(per) + 1)
+        for m in range(len(per) - 1, -1, -1):
+            room[m] = room[m + 1] + len(per[m])
+        out: list[tuple[int, ...]] = []
+
+        def grow(m: int, left: int, chosen: tuple[int, ...]) -> bool:
+            if left == 0:
+                out.append(tuple(sorted(chosen)))
+                return len(out) < SPANNING_SETS
+            if left > room[m]:
+                return True
+            for c in range(min(left, len(per[m])), -1, -1):
+                for combo in itertools.combinations(per[m], c):
+                    if not grow(m + 1, left - c, chosen + combo):
+                        return False
+            return True
+
+        if not grow(0, n, ()):
+            self.info["spanning_capped"] = True
         return out
 
     def _gang_holds(self, st: State, g: int) -> tuple[object, ...]:

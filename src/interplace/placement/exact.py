@@ -25,7 +25,11 @@ involutions of its machine whose swapped GPUs hold the same, machines of one cla
 same state once, and GPUs sharing no domain with any other once per holdings. GPUs of equal
 standing (they and each of their neighbours holding the same) are not enough on an asymmetric
 topology: two can differ one step further, and which one is taken changes what later jobs
-share. A gang larger than a machine tries every choice of whole machines. The incumbent
+share. A gang larger than a machine (which may take any GPUs that can take it) tries every
+such set, fewest machines first, with no symmetry merged (a ring across machines runs through
+its GPUs in order, so the positions it takes in each machine change its cost); past
+:data:`~interplace.placement._problem.SPANNING_SETS` sets the answer is not proven
+(``info["spanning_capped"]``, ``info["exact"] = False``). The incumbent
 starts at ``local-search``'s answer; a branch is cut when it cannot place more jobs than the
 incumbent or, placing as many (so every remaining job :math:`j \in R` must be placed), an
 upper bound on its objective cannot beat it.
@@ -285,9 +289,11 @@ def _branch_and_bound(problem: Problem, seed: int, node_budget: int) -> State:
             problem.unassign(st, i)
         dfs(pos + 1, placed)
 
+    problem.info.pop("spanning_capped", None)
     try:
         dfs(0, 0)
-        problem.info["exact"] = True
+        # A gang larger than a machine with more GPU sets than the search tries: not proven.
+        problem.info["exact"] = not problem.info.get("spanning_capped", False)
     except _Budget:
         problem.info["exact"] = False
     problem.info["nodes"] = nodes
