@@ -728,3 +728,19 @@ def test_a_model_of_nuts_draws_takes_cold_jobs() -> None:
     assert loc.shape[:2] == (6, 5) and torch.isfinite(loc).all() and (scale >= 0).all()
     speed = grown.posterior_speed([Query("newjob", (model.jobs[0],))], num_samples=6, seed=0)
     assert 0 < float(speed.mean[0]) <= 1.5
+
+
+def test_a_job_built_from_a_pandas_row_keeps_its_numbers() -> None:
+    # A scheduler reading its queue with pandas hands over numpy scalars: an integer column's
+    # gpus or reading (np.int64) was refused as "must be an integer >= 1, not 2" or "must be a
+    # finite number"; they are the Python numbers they hold now. A numpy bool is no number.
+    row = pd.DataFrame({"job_id": ["a"], "job": ["new"], "gpus": [2], "gpu_util_pct": [85],
+                        "counter_samples": [5], "comm_share": [np.float32(0.25)]}).iloc[0]
+    job = Job(row["job_id"], row["job"], gpus=row["gpus"], comm_share=row["comm_share"],
+              counters={"gpu_util_pct": row["gpu_util_pct"]},
+              counter_samples=row["counter_samples"])
+    assert isinstance(row["gpus"], np.integer)
+    assert (job.gpus, job.counter_samples, job.counters) == (2, 5, (("gpu_util_pct", 85.0),))
+    assert type(job.gpus) is int and type(job.comm_share) is float
+    with pytest.raises(InputError, match="gpus must be an integer >= 1"):
+        Job("a", "new", gpus=np.True_)
