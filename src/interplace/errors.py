@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import numbers
 import os
 import tempfile
 import warnings
@@ -115,6 +116,26 @@ def is_real(value: object, *, finite: bool = True) -> TypeGuard[float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and (
         not finite or math.isfinite(value)
     )
+
+
+def plain_number(value: object) -> object:
+    """A numpy integer or float as the Python number it holds (a row of a pandas table gives
+    them), anything else as it is (a numpy bool stays one: never a number here). For
+    arguments kept or converted as numbers, so that :func:`is_int` and :func:`is_real`
+    accept a table's values.
+
+    >>> import numpy as np
+    >>> plain_number(np.int64(2)), plain_number(np.float32(0.5)), plain_number(np.True_)
+    (2, 0.5, np.True_)
+    """
+    # numpy registers its integers and floats as numbers.Real (not its bool); no numpy
+    # import here, which every command loads.
+    if type(value) not in (int, float) and isinstance(value, numbers.Real):
+        item = getattr(value, "item", None)
+        got = item() if callable(item) else None
+        if isinstance(got, int | float) and not isinstance(got, bool):
+            return got
+    return value
 
 
 def _umask() -> int:

@@ -730,7 +730,7 @@ def test_a_model_of_nuts_draws_takes_cold_jobs() -> None:
     assert 0 < float(speed.mean[0]) <= 1.5
 
 
-def test_a_job_built_from_a_pandas_row_keeps_its_numbers() -> None:
+def test_a_job_built_from_a_pandas_row_keeps_its_numbers(small_model: InterferenceModel) -> None:
     # A scheduler reading its queue with pandas hands over numpy scalars: an integer column's
     # gpus or reading (np.int64) was refused as "must be an integer >= 1, not 2" or "must be a
     # finite number"; they are the Python numbers they hold now. A numpy bool is no number.
@@ -744,3 +744,7 @@ def test_a_job_built_from_a_pandas_row_keeps_its_numbers() -> None:
     assert type(job.gpus) is int and type(job.comm_share) is float
     with pytest.raises(InputError, match="gpus must be an integer >= 1"):
         Job("a", "new", gpus=np.True_)
+    # The same for readings handed to with_cold_jobs directly.
+    got = with_cold_jobs(small_model, {"new": {"gpu_util_pct": np.int64(30)}})
+    want = with_cold_jobs(small_model, {"new": {"gpu_util_pct": 30.0}})
+    assert torch.equal(got.posterior["log_demand"][0], want.posterior["log_demand"][0])

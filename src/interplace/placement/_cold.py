@@ -111,7 +111,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from interplace.errors import InputError, is_int, is_real
+from interplace.errors import InputError, is_int, is_real, plain_number
 from interplace.model import METRIC_FULL_SCALE, METRIC_RESOURCE, InterferenceModel
 from interplace.model._cells import extended_pairs
 from interplace.model._coldscale import MIN_READING, readings_array, warm_families
@@ -605,7 +605,8 @@ def _per_resource(model: InterferenceModel, key: str) -> torch.Tensor:
 def _readings(job: str, readings: Mapping[str, float]) -> Iterable[tuple[str, float]]:
     if not readings:
         raise InputError(f"cold job {job!r} has no counter readings")
-    for metric, value in readings.items():
+    for metric, given in readings.items():
+        value = plain_number(given)
         if not is_real(value, finite=False):
             raise InputError(f"cold job {job!r}: {metric} reading {value!r} is not a number")
         if not math.isfinite(value) or value < 0:

@@ -7,9 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from interplace.errors import InputError, is_int, is_real
+from interplace.errors import InputError, is_int, is_real, plain_number
 
 __all__ = [
     "DEFAULT_COMM_SHARE",
@@ -42,18 +40,6 @@ def _check_name(value: object, what: str) -> str:
     return value
 
 
-def _plain(value: object) -> object:
-    """A numpy integer or float as the Python number it holds (a row of a pandas table gives
-    them), anything else as it is (a numpy bool stays one: never a number here).
-
-    >>> _plain(np.int64(2)), _plain(np.float32(0.5)), _plain(np.True_)
-    (2, 0.5, np.True_)
-    """
-    if isinstance(value, np.integer | np.floating):
-        return value.item()
-    return value
-
-
 @dataclass(frozen=True)
 class Job:
     """A job to place: its id, its job type (a job the model knows), and how many GPUs.
@@ -73,6 +59,7 @@ class Job:
 
     >>> Job("j1", "resnet", gpus=2).gpus
     2
+    >>> import numpy as np
     >>> j = Job("j1", "resnet", gpus=np.int64(2), counters={"gpu_util_pct": np.int64(85)})
     >>> j.gpus, j.counters  # numpy numbers, as a table's row gives them, become Python's
     (2, (('gpu_util_pct', 85.0),))
@@ -94,7 +81,7 @@ class Job:
         _check_name(self.job_id, "job_id")
         _check_name(self.job, f"job {self.job_id}: job type")
         for name in ("gpus", "comm_share", "counter_samples"):
-            object.__setattr__(self, name, _plain(getattr(self, name)))
+            object.__setattr__(self, name, plain_number(getattr(self, name)))
         if not is_int(self.gpus, 1):
             raise InputError(f"job {self.job_id}: gpus must be an integer >= 1, not {self.gpus!r}")
         if self.family is not None:
@@ -108,7 +95,7 @@ class Job:
             for pair in items:
                 if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)):
                     raise InputError(f"job {self.job_id}: counters must map metric names to values")
-                name, value = pair[0], _plain(pair[1])
+                name, value = pair[0], plain_number(pair[1])
                 if not (is_real(value) and value >= 0):
                     raise InputError(
                         f"job {self.job_id}: counter {name} must be a finite number >= 0"
