@@ -4,7 +4,8 @@ CMD gets the trial's parameters as one JSON object on its standard input and pri
 objective as the last line of its standard output. Every finished trial is appended to
 ``--out`` at once (see :mod:`interplace.placement.bo._trials`); running again with the same
 ``--out`` continues. A trial fails (recorded, reported on stderr, not fatal) when CMD exits
-non-zero, prints no number on its last line, or prints NaN or an infinity.
+non-zero, prints no number on its last line, or prints NaN or an infinity. A trial ends when
+CMD exits; whatever it left running in its own session is stopped then.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def run_trial(cmd: Sequence[str], params: dict[str, Any],
         if procs is not None:
             procs[proc.pid] = proc
     try:
-        out, err = proc.communicate(json.dumps(params))
+        out, err = _finish(proc, json.dumps(params))
     finally:
         if procs is not None and lock is not None:
             with lock:
@@ -79,6 +80,42 @@ def run_trial(cmd: Sequence[str], params: dict[str, Any],
     if not math.isfinite(value):
         return f"the objective is {value}"
     return value
+
+
+def _finish(proc: subprocess.Popen[str], text: str) -> tuple[str, str]:
+    """Feed ``text`` to ``proc``'s stdin and read its stdout and stderr until it exits.
+
+    A trial is over when its command exits: whatever it left running in its session (a
+    background process holding its output open, which ``communicate`` would wait for, or a
+    GPU the next trial needs) is stopped then, as an interrupt stops it.
+    """
+    got: dict[str, str] = {}
+
+    def read(name: str, stream: Any) -> None:
+        got[name] = stream.read()
+
+    def feed() -> None:
+        with contextlib.suppress(BrokenPipeError, OSError):
+            proc.stdin.write(text)  # type: ignore[union-attr]
+            proc.stdin.close()  # type: ignore[union-attr]
+
+    threads = [threading.Thread(target=read, args=(n, s), daemon=True)
+               for n, s in (("out", proc.stdout), ("err", proc.stderr))]
+    threads.append(threading.Thread(target=feed, daemon=True))
+    for t in threads:
+        t.start()
+    proc.wait()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)  # what the trial left in its session, if anything
+        for t in threads[:2]:
+            t.join(timeout=5)
+        if all(not t.is_alive() for t in threads[:2]):
+            break
+    for stream in (proc.stdout, proc.stderr):
+        with contextlib.suppress(OSError):
+            stream.close()  # type: ignore[union-attr]
+    return got.get("out", ""), got.get("err", "")
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from interplace.cli import main
+from interplace.cli.tune import run_trial
 
 SPACE = {"params": [{"name": "g0", "type": "choice", "values": [0, 1, 2, 4, 8]},
                     {"name": "mps_pct", "type": "int", "low": 10, "high": 90},
@@ -227,6 +228,28 @@ def test_sigterm_stops_every_trial_and_what_it_started(space: Path, tmp_path: Pa
     while any(_alive(pid) for pid in started):
         assert time.monotonic() < deadline, [pid for pid in started if _alive(pid)]
         time.sleep(0.05)
+
+
+def test_a_trial_ends_when_its_command_exits_and_takes_what_it_left_running(
+        tmp_path: Path) -> None:
+    # A trial that leaves a background process holding its stdout once kept tune waiting
+    # until that process ended (300 s here), and a leftover outlived its trial (competing
+    # with the next one for the machine). Now the trial ends with its command, and what it
+    # left in its session is stopped.
+    pid_file = tmp_path / "bg"
+    trial = f"sleep 300 & echo $! > {pid_file}; cat > /dev/null; echo 2.5"
+    start = time.monotonic()
+    assert run_trial(["sh", "-c", trial], {"x": 1}) == 2.5
+    assert time.monotonic() - start < 30
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(pid):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    # Output larger than a pipe's buffer, and a large stdin, still pass whole.
+    big = [sys.executable, "-c", "import json, sys; d = json.load(sys.stdin); "
+           "sys.stdout.write('x' * 200000 + '\\n' + str(len(d['s'])) + '\\n')"]
+    assert run_trial(big, {"s": "y" * 300000}) == 300000.0
 
 
 def _signal_when(
