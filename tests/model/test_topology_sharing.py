@@ -119,3 +119,14 @@ def test_sharing_nothing_is_running_alone(case: Case) -> None:
         [Query(j, (c,)) for j, c in zip(jobs, jobs[1:] + jobs[:1], strict=True)], seed=0
     ).mean
     assert (same_gpu <= alone + 1e-9).all() and (same_gpu < alone - 0.01).any()
+
+
+@pytest.mark.parametrize("spec", ["pcie-8gpu*2", "dgx-a100*2", "p4d*2"])
+def test_gpus_of_two_machines_share_nothing(spec: str) -> None:
+    # The route between two machines' GPUs (their uplinks to the NICs) once read as a shared
+    # PCIe uplink, where placement (and the generator) let them share nothing: the model was
+    # asked with shares placement never sends.
+    t = load(spec)
+    a, b = "n0:0", "n1:0"
+    assert shared_resources(t, a, b) == () == shared_resources(t, b, a)
+    assert shared_resources(t, "n0:0", "n0:1") != ()  # inside a machine, as before

@@ -36,6 +36,12 @@ def shared_resources(topology: Topology, gpu_a: str, gpu_b: str) -> tuple[str, .
     ('pcie_h2d', 'pcie_d2h', 'host_cpu')
     >>> shared_resources(t, "0", "4")  # other socket
     ()
+    >>> shared_resources(load("p4d*2"), "n0:0", "n1:0")  # other machines
+    ()
+
+    GPUs of two machines share nothing: the route between them (their PCIe uplinks to the
+    NICs, the network) carries only traffic between them, which two jobs placed there do not
+    send (a job's own multi-GPU traffic is its communication cost, not contention).
     """
     known = set(topology.gpus())
     for g in (gpu_a, gpu_b):
@@ -43,6 +49,8 @@ def shared_resources(topology: Topology, gpu_a: str, gpu_b: str) -> tuple[str, .
             raise InputError(f"GPU {g!r} is not in the topology")
     if gpu_a == gpu_b:
         return DOMAIN_RESOURCES[DomainKind.GPU]
+    if topology.gpu(gpu_a).machine != topology.gpu(gpu_b).machine:
+        return ()
     found: set[str] = set()
     for domain in topology.domains([gpu_a, gpu_b]):
         if set(domain.gpus) >= {gpu_a, gpu_b}:
