@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import threading
 
+import networkx as nx
 import pytest
 
 from interplace.errors import InputError
@@ -17,12 +19,14 @@ from interplace.placement import (
     MeasuredSpeeds,
     Running,
     SpeedCache,
+    comm_factor,
+    comm_time,
     place,
     score,
 )
 from interplace.placement._problem import cross_gpu_evidence
 from interplace.placement.lucid import lucid
-from interplace.topology import builtin
+from interplace.topology import EdgeKind, NodeKind, Topology, builtin
 
 POLICY_NAMES = list(POLICIES)
 
@@ -400,3 +404,39 @@ def test_running_jobs_that_may_no_longer_share_stay_as_they_are() -> None:
         assert place(topo, m, [], state, policy=name).pending == (), name
         p = place(topo, m, [Job("j", "b"), Job("k", "a")], state, policy=name, max_per_gpu=3)
         assert "0" not in p.assignment()["j"] + p.assignment()["k"], name
+
+
+def _two_kinds(first: str, second: str) -> Topology:
+    """Two different built-in machines on one network, as ``topology.cluster`` joins copies."""
+    g = nx.Graph()
+    g.add_node("network", kind=NodeKind.NETWORK, machine="")
+    for k, name in enumerate((first, second)):
+        machine = builtin(name)
+        mapping = {v: f"n{k}/{v}" for v in machine.graph.nodes}
+        part = nx.relabel_nodes(nx.Graph(machine.graph), mapping, copy=True)
+        for _, d in part.nodes(data=True):
+            d["machine"] = f"n{k}"
+            if d["kind"] == NodeKind.GPU:
+                d["gpu_id"] = f"n{k}:{d['gpu_id']}"
+        g.update(part)
+        for nic in machine.nics():
+            g.add_edge(mapping[nic], "network", kind=EdgeKind.NETWORK,
+                       bandwidth=float(machine.graph.nodes[nic].get("speed", 12.5)))
+    return Topology(g, name=f"{first}+{second}", source="")
+
+
+def test_a_gangs_communication_is_against_the_best_set_of_any_machine() -> None:
+    # T*, the best n-GPU set's all-reduce time, was read off the first machine only: in a
+    # cluster of a PCIe machine and a DGX A100 a 2-GPU gang on the PCIe machine ran at its
+    # full speed (factor 1) when that machine came first, at 0.0996 when it came second.
+    src = MeasuredSpeeds({("a", "a"): 0.5})
+    job = Job("g", "a", gpus=2, comm_share=0.5)
+    factors = []
+    for order, pcie in ((("pcie-8gpu", "dgx-a100"), "n0"), (("dgx-a100", "pcie-8gpu"), "n1")):
+        t = _two_kinds(*order)
+        best = min(comm_time(t, list(c)) for c in itertools.combinations(t.gpus(), 2))
+        gpus = [f"{pcie}:0", f"{pcie}:1"]
+        got = score(t, src, {job: gpus}).jobs[0].comm_factor
+        assert got == pytest.approx(comm_factor(t, gpus, 0.5, best=best))
+        factors.append(got)
+    assert factors[0] == pytest.approx(factors[1]) and factors[0] < 0.5

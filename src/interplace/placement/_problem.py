@@ -730,13 +730,19 @@ class Problem:
 
     def best_comm_cost(self, n: int) -> float:
         """:math:`T^*`: the all-reduce time on the best ``n``-GPU set of the topology
-        (memoised per topology)."""
+        (memoised per topology): the best set inside any machine it fits, one machine of each
+        class tried (in a cluster of different machines the first may not hold the best); a
+        gang larger than every machine, the first ``n`` GPUs."""
         memo = self._topo_memo.best_comm
         hit = memo.get(n)
         if hit is None:
-            first = self.machines[next(iter(self.machines))]
-            if n <= len(first):
-                hit = min(self.comm_cost(c) for c in itertools.combinations(first, n))
+            classes: dict[int, list[int]] = {}
+            for m, idx in self.machines.items():
+                classes.setdefault(self.machine_class(m), idx)
+            fits = [idx for idx in classes.values() if n <= len(idx)]
+            if fits:
+                hit = min(self.comm_cost(c) for idx in fits
+                          for c in itertools.combinations(idx, n))
             else:
                 hit = self.comm_cost(list(range(n)))
             memo[n] = hit
