@@ -440,3 +440,12 @@ def test_a_gangs_communication_is_against_the_best_set_of_any_machine() -> None:
         assert got == pytest.approx(comm_factor(t, gpus, 0.5, best=best))
         factors.append(got)
     assert factors[0] == pytest.approx(factors[1]) and factors[0] < 0.5
+
+
+def test_lucid_places_a_gang_larger_than_a_machine(small_model: InterferenceModel) -> None:
+    # lucid looked for a gang's GPUs inside one machine only: a 9- or 16-GPU job on an idle
+    # dgx-a100*2 stayed pending for ever (the simulator: "no job can ever start").
+    for n in (9, 16):
+        p = place(builtin("dgx-a100*2"), small_model, [Job("a", small_model.jobs[0], gpus=n)],
+                  policy="lucid")
+        assert not p.pending and len(p.jobs[0].gpus) == n

@@ -17,6 +17,7 @@ from interplace.simulate import (
     PlacementScheduler,
     SimJob,
     ground_truth,
+    make_scheduler,
     simulate,
 )
 from interplace.topology import builtin
@@ -295,3 +296,25 @@ def test_a_sweep_runs_its_configs_through_spawn_map(monkeypatch: pytest.MonkeyPa
     assert _run.sweep(configs, workers=2) == ["metrics 0", "metrics 1", "metrics 2"]
     assert _run.sweep(configs) == ["metrics 0", "metrics 1", "metrics 2"]
     assert calls == [(_run._one, configs, 2), (_run._one, configs, os.cpu_count() or 1)]
+
+
+def test_far_arrivals_and_tiny_intervals() -> None:
+    # An arrival 5e11 s out with 1.3 s of work passed the float64 guard, then its finish
+    # event landed on `now` for ever (a RuntimeError after the event limit): a job whose
+    # remaining time float64 cannot add to now is done.
+    truth = ground_truth("gavel-v100")
+    topo = builtin("dgx-a100")
+    sched = make_scheduler("fifo-exclusive", topo, None, truth)
+    jobs = [SimJob("a", 0.0, 1, 1.3, "A3C"), SimJob("b", 5e11, 1, 1.3, "A3C")]
+    r = simulate(jobs, topo, truth, sched)
+    assert r.jobs["b"]["finish_s"] - 5e11 == pytest.approx(1.3, abs=1e-3)
+    # Ticks: the next one is found at once, not one interval at a time over idle time (an
+    # interval below the clock's resolution never ended); too many rounds are refused.
+    r = simulate([SimJob("a", 0.0, 1, 10.0, "A3C"), SimJob("b", 5e4, 1, 10.0, "A3C")],
+                 topo, truth, sched, interval_s=0.01)
+    assert r.jobs["b"]["start_s"] == 5e4
+    with pytest.raises(InputError, match="give a longer interval"):
+        simulate(jobs[:1], topo, truth, sched, interval_s=1e-9)
+    with pytest.raises(InputError, match="no job was simulated"):
+        simulate([], topo, truth, sched).metrics()
+

@@ -106,6 +106,15 @@ def lucid(
             key = (sum(load(g) + problem.taken(st, g) for g in chosen), chosen[0])
             if best_key is None or key < best_key:
                 best, best_key = chosen, key
+        if best is None and n > problem.machine_size:
+            # Larger than a machine: the free GPUs filled machine by machine (the machines
+            # with most free first), least taken and least loaded GPUs first.
+            per = sorted(([g for g in idx if ok(g)] for idx in problem.machines.values()),
+                         key=lambda f: -len(f))
+            pool = [g for f in per
+                    for g in sorted(f, key=lambda g: (problem.taken(st, g), load(g), g))]
+            if len(pool) >= n:
+                best = tuple(sorted(pool[:n]))
         if best is not None:
             problem.assign(st, i, best)
     return st

@@ -57,6 +57,9 @@ __all__ = [
 ]
 
 _EPS = 1e-9
+MAX_TICKS = 10_000_000
+"""Most scheduling rounds an ``interval_s`` may ask for over the jobs' span (arrivals plus
+every job's run, one after another): each is a scheduler call."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -192,6 +195,8 @@ class SimResult:
     def metrics(self) -> dict[str, float]:
         """``avg_jct_s``, ``p99_jct_s``, ``makespan_s``, ``avg_queue_s``, ``utilisation``
         (time-averaged share of GPUs running a job), ``colocated_share``, ``wall_s``."""
+        if not self.jobs:
+            raise InputError("no job was simulated: no metrics to give")
         jct = self.jct()
         queue = [j["start_s"] - j["arrival_s"] for j in self.jobs.values()]
         first = min(j["arrival_s"] for j in self.jobs.values())
@@ -244,6 +249,12 @@ def simulate(
                 f"of {shortest:.3g} s: too long to simulate in float64 time (is the load "
                 "factor far too small?)"
             )
+        if interval_s is not None and horizon > interval_s * MAX_TICKS:
+            raise InputError(
+                f"an interval of {interval_s:.3g} s over the jobs' span of up to "
+                f"{horizon:.3g} s could take {horizon / interval_s:.2g} scheduling rounds "
+                f"(at most {MAX_TICKS:.0e}): give a longer interval"
+            )
     n_gpus = len(topology.gpus())
     for j in order:
         if j.gpus > n_gpus:
@@ -280,11 +291,17 @@ def simulate(
         for k in running:
             done[k] += speed[k] * dt
         now = t_next
-        while next_tick <= now + _EPS and interval_s is not None:
-            next_tick += interval_s
+        if interval_s is not None and next_tick <= now + _EPS:
+            # the first tick after now, at once (not one interval at a time over idle time)
+            next_tick = (math.floor((now + _EPS) / interval_s) + 1) * interval_s
+            if next_tick <= now + _EPS:  # past float64's resolution of now
+                next_tick = math.nextafter(now + _EPS, math.inf)
         changed = False
+        # Done: the work left is within rounding of the job's, or takes less time than
+        # float64 can add to now (else its finish event would land on now for ever).
         for k in [k for k in running if running[k][0].work_s - done[k] <= 1e-6 * max(
-                running[k][0].work_s, 1.0)]:
+                running[k][0].work_s, 1.0) or (speed[k] > 0 and now + (
+                    running[k][0].work_s - done[k]) / speed[k] <= now)]:
             job, _ = running.pop(k)
             record[k]["finish_s"] = now
             record[k]["progress"] = done[k]
