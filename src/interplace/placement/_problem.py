@@ -50,6 +50,26 @@ _MASK_NAMES: tuple[tuple[str, ...], ...] = tuple(
     tuple(r for b, r in enumerate(_RESOURCES) if m >> b & 1) for m in range(_FULL + 1)
 )
 
+def _share_names(resources: object) -> tuple[tuple[str, ...], ...]:
+    """Per share mask, the resource names a query sends the source: on one GPU (every bit)
+    all the source's own resources (those of a model fitted with other ``resources`` than
+    the default), across GPUs the shared ones it has; a source that names no resources gets
+    the masks' names as they are.
+
+    >>> _share_names(("gpu_compute", "gpu_membw", "nvlink_bw"))[_FULL]
+    ('gpu_compute', 'gpu_membw', 'nvlink_bw')
+    >>> _share_names(("gpu_compute", "pcie_h2d"))[0b01100], _share_names(None)[0b01100]
+    (('pcie_h2d',), ('pcie_h2d', 'pcie_d2h'))
+    """
+    if not isinstance(resources, tuple | list) or not all(isinstance(r, str) for r in resources):
+        return _MASK_NAMES
+    own = tuple(resources)
+    return tuple(
+        own if m == _FULL else tuple(r for r in names if r in own)
+        for m, names in enumerate(_MASK_NAMES)
+    )
+
+
 #: A memoised query: (job type index, sorted ((co-runner type index, share bit mask), ...)).
 Key = tuple[int, tuple[tuple[int, int], ...]]
 
@@ -316,6 +336,7 @@ class Problem:
         self._share_any = can_share is None and getattr(source, "can_share", None) is None
         self._topo_memo = _topology_memo(topology)
         self.info: dict[str, object] = {}
+        self._share_names = _share_names(getattr(source, "resources", None))
         self.cross_gpu = cross_gpu_evidence(source) if cross_gpu is None else bool(cross_gpu)
         self.info["cross_gpu"] = self.cross_gpu
         self.nbrs: list[list[tuple[int, int]]] = (
@@ -647,7 +668,7 @@ class Problem:
             Query(
                 types[t],
                 tuple(types[c] for c, _ in co),
-                tuple(_MASK_NAMES[m] for _, m in co),
+                tuple(self._share_names[m] for _, m in co),
             )
             for t, co in keys
         ]
