@@ -95,8 +95,9 @@ def comm_time(topology: Topology, gpus: Sequence[str]) -> float:
     def ring(order: Sequence[str]) -> float:
         return max(e(order[i], order[(i + 1) % n]) for i in range(n))
 
-    if n > 8:
-        return ring(g)
+    if n > 8:  # the topology's order of its GPUs (machine by machine), however they are given
+        pos = {x: k for k, x in enumerate(topology.gpus())}
+        return ring(sorted(g, key=lambda x: pos.get(x, len(pos))))
     first, rest = g[0], g[1:]
     best = math.inf
     for perm in itertools.permutations(rest):
