@@ -146,3 +146,10 @@ def test_a_tuner_over_a_split_reads_back_from_its_space() -> None:
     for p in t.ask(3):
         t.tell(p, split(p))
     assert all(split.space().feasible(tr.params) for tr in t.trials)
+
+
+def test_a_split_with_no_feasible_point_is_one_line() -> None:
+    # Three jobs needing at least one GPU each on two: optimum() raised a bare ValueError.
+    speeds = {"a": {1: 1.0, 2: 1.9}, "b": {1: 2.0, 2: 3.0}, "c": {1: 1.0, 2: 1.5}}
+    with pytest.raises(InputError, match="no split of 2 GPUs gives every job one of"):
+        GpuSplit(speeds, ("a", "b", "c"), capacity=2, options=(1, 2)).optimum()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from interplace.errors import InputError
@@ -251,3 +252,35 @@ def test_a_tight_constraint_still_gets_a_varied_feasible_design() -> None:
         design = tuner.ask(4)
         assert all(space.feasible(p) for p in design)
         assert len({space.key(p) for p in design}) == 4, design
+
+
+def test_an_objective_of_tiny_values_is_tuned_as_at_its_own_scale() -> None:
+    # A spread below 1e-8 reached the GP unscaled (BoTorch's Standardize leaves it), which
+    # read it as noise: 1e-9 times an objective was tuned as at random (the corners).
+    space = Space((Float("x", 0.0, 1.0), Float("y", 0.0, 1.0)))
+
+    def f(p: dict[str, object]) -> float:
+        return (float(p["x"]) - 0.3) ** 2 + (float(p["y"]) - 0.7) ** 2  # type: ignore[arg-type]
+
+    big = minimize(f, space, 9, seed=0, n_init=5)
+    tiny = minimize(lambda p: 1e-9 * f(p), space, 9, seed=0, n_init=5)
+    flat = [[float(t.params[k]) for k in ("x", "y")] for t in tiny.trials]  # type: ignore[arg-type]
+    want = [[float(t.params[k]) for k in ("x", "y")] for t in big.trials]  # type: ignore[arg-type]
+    assert np.asarray(flat) == pytest.approx(np.asarray(want), abs=1e-3)
+
+
+def test_a_wide_integer_is_never_listed() -> None:
+    # An integer of 10^9 values was listed whole before being relaxed to a real (MemoryError).
+    space = Space((Int("bytes", 1, 10**9), Float("x", 0.0, 1.0)))
+    result = maximize(lambda p: -abs(float(p["x"]) - 0.5), space, 4, n_init=3)  # type: ignore[arg-type]
+    assert len(result.trials) == 4
+    assert all(1 <= int(t.params["bytes"]) <= 10**9 for t in result.trials)  # type: ignore[call-overload]
+
+
+def test_names_and_values_with_line_breaks_are_refused() -> None:
+    # A trials file keeps a trial a line; a value with a carriage return was written unquoted
+    # and the file could not be read back (a csv traceback on resume).
+    with pytest.raises(InputError, match="holds a line break"):
+        Choice("c", ("a", "c\rd"))
+    with pytest.raises(InputError, match="control characters"):
+        Int("n\r", 0, 3)

@@ -165,7 +165,11 @@ class GpuSplit:
                             abs(cand[0] - old[0]) <= 1e-12 and cand[1] < old[1]):
                         nxt[c + g] = cand
             best = nxt
-        top = max((b for b in best if b is not None), key=lambda b: (b[0], [-g for g in b[1]]))
+        found = [b for b in best if b is not None]
+        if not found:
+            raise InputError(f"no split of {self.capacity} GPUs gives every job one of "
+                             f"{sorted(self.options)} GPUs")
+        top = max(found, key=lambda b: (b[0], [-g for g in b[1]]))
         point: Point = dict(zip(self.names, top[1], strict=True))
         return point, self.value(point)
 

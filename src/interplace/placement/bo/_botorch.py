@@ -139,9 +139,14 @@ def suggest(space: Space, x_ok: _FloatArray, y_ok: _FloatArray, x_pending: _Floa
 
     caught: Counter[str] = Counter()
     # The objective's scale changes no suggestion (improvement is relative), but squares of
-    # values near 1e160 overflow the GP's standardisation: fit such y over its largest size.
+    # values near 1e160 overflow the GP's standardisation: fit such y over its largest size;
+    # and a spread below 1e-8 it leaves unscaled (the GP then reads the signal as noise, and
+    # 1e-9 times an objective was tuned no better than at random): standardise such y here.
     size = float(np.max(np.abs(y_ok))) if len(y_ok) else 0.0
     y_ok = y_ok / size if size > 1e100 else y_ok
+    spread = float(np.std(y_ok)) if len(y_ok) > 1 else 0.0
+    if 0 < spread < 1e-6:
+        y_ok = (y_ok - np.mean(y_ok)) / spread
     try:
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
@@ -200,7 +205,7 @@ def _suggest(space: Space, x_ok: _FloatArray, y_ok: _FloatArray, x_pending: _Flo
         discrete: dict[int, list[float]] = {}
         cats: dict[int, list[float]] = {}
         fixed: dict[int, float] = {}
-        for i, vals in space.discrete_values().items():
+        for i, vals in space.discrete_values(most=RELAX_ABOVE).items():
             if len(vals) == 1:
                 fixed[i] = vals[0]
             elif i in space.categorical:

@@ -70,9 +70,10 @@ RESERVED = ("value", "status", "error")
 
 
 def _check_name(name: object) -> str:
-    if not isinstance(name, str) or not name or name != name.strip() or "," in name:
-        raise InputError(f"name must be a non-empty string without commas or "
-                         f"surrounding blanks, not {name!r}")
+    if not isinstance(name, str) or not name or name != name.strip() or "," in name or any(
+            c in name for c in "\n\r\t"):
+        raise InputError(f"name must be a non-empty string without commas, control "
+                         f"characters or surrounding blanks, not {name!r}")
     return name
 
 
@@ -167,6 +168,9 @@ class Choice:
                     isinstance(v, float) and not math.isfinite(v)):
                 raise InputError(f"parameter {self.name!r}: values must be finite numbers or "
                                  f"strings, not {v!r}")
+            if isinstance(v, str) and any(c in v for c in "\n\r"):
+                # a trials file keeps one trial a line: such a value could not be read back
+                raise InputError(f"parameter {self.name!r}: value {v!r} holds a line break")
         keys = [str(v) if isinstance(v, str) else float(v) for v in self.values]
         if len(set(keys)) != len(keys):
             raise InputError(f"parameter {self.name!r}: values must be distinct, got "
@@ -294,17 +298,25 @@ class Space:
         return tuple(i for i, p in enumerate(self.params)
                      if isinstance(p, Choice) and not p.ordinal)
 
-    def discrete_values(self) -> dict[int, tuple[float, ...]]:
-        """Encoded values of every non-float column (ints, ordinal and categorical choices).
+    def discrete_values(self, most: int | None = None) -> dict[int, tuple[float, ...]]:
+        """Encoded values of every non-float column (ints, ordinal and categorical choices);
+        with ``most``, an integer or ordinal column of more values is left out unlisted (a
+        wide integer would fill memory).
 
         >>> Space((Int("a", 1, 3), Choice("c", ("x", "y")))).discrete_values()
         {0: (1.0, 2.0, 3.0), 1: (0.0, 1.0)}
+        >>> Space((Int("a", 1, 10**9), Choice("c", ("x", "y")))).discrete_values(most=1000)
+        {1: (0.0, 1.0)}
         """
         out: dict[int, tuple[float, ...]] = {}
         for i, p in enumerate(self.params):
             if isinstance(p, Int):
+                if most is not None and p.high - p.low + 1 > most:
+                    continue
                 out[i] = tuple(float(v) for v in range(p.low, p.high + 1))
             elif isinstance(p, Choice):
+                if most is not None and p.ordinal and len(p.values) > most:
+                    continue
                 out[i] = (tuple(sorted(float(v) for v in p.values)) if p.ordinal
                           else tuple(float(k) for k in range(len(p.values))))
         return out
