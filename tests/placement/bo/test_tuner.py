@@ -284,3 +284,17 @@ def test_names_and_values_with_line_breaks_are_refused() -> None:
         Choice("c", ("a", "c\rd"))
     with pytest.raises(InputError, match="control characters"):
         Int("n\r", 0, 3)
+
+
+def test_constraints_of_the_at_least_kind_get_a_design() -> None:
+    # "Exactly 32 GPUs among eight jobs" (<= 32 and >= 32) or "at least 448 of 8 x 64": no
+    # Sobol draw and not the lower corner satisfies them, and the tuner said no point does.
+    names = [f"g{i}" for i in range(8)]
+    up = Constraint(tuple((g, 1.0) for g in names), 32)
+    down = Constraint(tuple((g, -1.0) for g in names), -32)
+    for space in (Space(tuple(Int(g, 0, 32) for g in names), (up, down)),
+                  Space(tuple(Int(g, 0, 64) for g in names),
+                        (Constraint(tuple((g, -1.0) for g in names), -448),))):
+        points = Tuner(space, seed=0, n_init=4).ask(4)
+        assert len({space.key(p) for p in points}) == 4
+        assert all(space.feasible(p) for p in points)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from interplace.errors import InputError, first_line, is_int, is_real
-from interplace.placement.bo._space import Point, Space
+from interplace.placement.bo._space import Float, Int, Point, Space
 from interplace.placement.bo._trials import Trial, TrialsFile
 
 __all__ = ["Result", "Tuner", "maximize", "minimize"]
@@ -234,11 +234,17 @@ class Tuner:
         anchor = corner if self.space.feasible(self.space.from_unit(corner)) else None
         if anchor is None and first:
             anchor = self.space.to_unit(first[0])
+        if anchor is None:  # constraints of the ">=" or "==" kind: a linear program finds one
+            found = _feasible_point(self.space)
+            if found is not None:
+                first.append(found)
+                anchor = self.space.to_unit(found)
         if anchor is not None and take(self._repaired(anchor)):
             return out
         if not first:
             raise InputError("no point satisfying the space's constraints was found (in "
-                             f"{_SOBOL_MAX} Sobol draws, nor at its lower corner)")
+                             f"{_SOBOL_MAX} Sobol draws, at its lower corner, nor by linear "
+                             "programming)")
         while len(out) < k:  # every point is taken: repeat the design's own points
             out.append(first[len(out) % len(first)])
         return out
@@ -295,6 +301,46 @@ class Tuner:
             self.notes["sobol-fallback"] += rejected
             out += self._fresh(rejected, taken)
         return out
+
+
+def _feasible_point(space: Space) -> Point | None:
+    """A point of ``space`` satisfying its constraints, by a mixed-integer linear program
+    (SciPy's HiGHS) over the constrained parameters, the others at their lower values; None
+    when the program finds none, or a constraint names a choice (not a linear variable).
+
+    >>> from interplace.placement.bo import Constraint
+    >>> s = Space((Int("a", 0, 9), Int("b", 0, 9)),
+    ...           (Constraint((("a", -1.0), ("b", -1.0)), -17),))  # a + b >= 17
+    >>> p = _feasible_point(s)
+    >>> p is not None and s.feasible(p) and p["a"] + p["b"] >= 17
+    True
+    """
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    names = sorted({n for c in space.constraints for n, _ in c.terms})
+    params = {p.name: p for p in space.params}
+    if not names or any(not isinstance(params[n], Int | Float) for n in names):
+        return None
+    lo, hi, integral = [], [], []
+    for n in names:
+        p = params[n]
+        lo.append(float(p.low))  # type: ignore[union-attr]
+        hi.append(float(p.high))  # type: ignore[union-attr]
+        integral.append(1 if isinstance(p, Int) else 0)
+    col = {n: k for k, n in enumerate(names)}
+    a = np.zeros((len(space.constraints), len(names)))
+    for r, c in enumerate(space.constraints):
+        for n, w in c.terms:
+            a[r, col[n]] = w
+    ub = np.array([c.max for c in space.constraints], dtype=float)
+    res = milp(np.zeros(len(names)), constraints=LinearConstraint(a, -np.inf, ub),
+               integrality=np.array(integral), bounds=Bounds(lo, hi))
+    if res.x is None:
+        return None
+    point = space.from_unit([0.0] * space.dim)
+    for n, v in zip(names, res.x, strict=True):
+        point[n] = round(v) if integral[col[n]] else min(max(float(v), lo[col[n]]), hi[col[n]])
+    return point if space.feasible(point) else None
 
 
 @dataclass(frozen=True)
