@@ -298,3 +298,24 @@ def test_constraints_of_the_at_least_kind_get_a_design() -> None:
         points = Tuner(space, seed=0, n_init=4).ask(4)
         assert len({space.key(p) for p in points}) == 4
         assert all(space.feasible(p) for p in points)
+
+
+def test_a_spent_small_space_repeats_the_models_choice_at_once() -> None:
+    # Two jobs splitting two GPUs: six feasible points. Once all were tried, the GP's repeat
+    # was thrown out as tried and each ask scanned every Sobol draw (and repaired them) for
+    # seconds, to repeat the first design point instead.
+    from interplace.placement.bo import GpuSplit, gavel_scaleout
+    from interplace.placement.bo._botorch import ENUMERATE_LIMIT
+    from interplace.placement.bo._tuner import _GRID_LIMIT
+
+    assert _GRID_LIMIT == ENUMERATE_LIMIT
+    g = gavel_scaleout("v100")
+    split = GpuSplit(g, tuple(sorted(g))[:2], capacity=2)
+    space = split.space()
+    t = Tuner(space, maximize=True, seed=0, budget=9)
+    for _ in range(9):
+        (p,) = t.ask()
+        t.tell(p, split(p))
+    assert t.notes["sobol-fallback"] == 0
+    best = max(split(p) for p in space.grid())
+    assert split(t.trials[-1].params) == best  # the repeat is the model's pick, the best

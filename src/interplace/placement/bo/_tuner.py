@@ -18,6 +18,7 @@ from interplace.placement.bo._trials import Trial, TrialsFile
 __all__ = ["Result", "Tuner", "maximize", "minimize"]
 
 _SOBOL_MAX = 1 << 16  # Sobol draws tried for new feasible points before giving up
+_GRID_LIMIT = 20_000  # a space of at most this many points is enumerated (_botorch's limit)
 
 
 def _default_init(space: Space) -> int:
@@ -84,6 +85,7 @@ class Tuner:
         self.budget = budget
         self._trials: list[Trial] = []
         self._pending: list[Point] = []
+        self._grid: list[Point] | None = None
         self.notes: Counter[str] = Counter()
         """Acquisition functions used and BoTorch warnings handled, with counts."""
 
@@ -215,6 +217,14 @@ class Tuner:
         out: list[Point] = []
         seen = set(used)
         first: list[Point] = []
+        grid = self._feasible_grid()
+        if grid is not None and not any(self.space.key(p) not in seen for p in grid):
+            # A small space, every feasible point taken: repeats, in the grid's order (a
+            # scan of every Sobol draw, and its repair, took seconds an ask to find none).
+            if not grid:
+                raise InputError("no point satisfying the space's constraints was found "
+                                 f"(every one of its {self.space.size():.0f} points checked)")
+            return [grid[i % len(grid)] for i in range(k)]
 
         def take(points: Iterator[Point]) -> bool:
             for p in points:
@@ -248,6 +258,14 @@ class Tuner:
         while len(out) < k:  # every point is taken: repeat the design's own points
             out.append(first[len(out) % len(first)])
         return out
+
+    def _feasible_grid(self) -> list[Point] | None:
+        """Every feasible point of a space small enough to enumerate, else None."""
+        if self.space.size() > _GRID_LIMIT:
+            return None
+        if self._grid is None:
+            self._grid = list(self.space.grid())
+        return self._grid
 
     def _design(self, k: int) -> list[Point]:
         self.notes["sobol"] += k
@@ -290,8 +308,10 @@ class Tuner:
                 continue
             p = self.space.decode(row.tolist())
             key = self.space.key(p)
-            if not self.space.feasible(p) or key in taken:
-                rejected += 1
+            grid = self._feasible_grid()
+            spent = grid is not None and all(self.space.key(g) in taken for g in grid)
+            if not self.space.feasible(p) or (key in taken and not spent):
+                rejected += 1  # (a repeat is kept once every point of a small space is taken)
                 continue
             out.append(p)
             taken.add(key)
