@@ -114,8 +114,8 @@ def is_real(value: object, *, finite: bool = True) -> TypeGuard[float]:
     (False, False, False)
     """
     return isinstance(value, int | float) and not isinstance(value, bool) and (
-        not finite or math.isfinite(value)
-    )
+        not finite or isinstance(value, int) or math.isfinite(value)  # an int: finite (10**400
+    )                                                                  # overflows isfinite)
 
 
 def plain_number(value: object) -> object:

@@ -319,3 +319,16 @@ def test_a_spent_small_space_repeats_the_models_choice_at_once() -> None:
     assert t.notes["sobol-fallback"] == 0
     best = max(split(p) for p in space.grid())
     assert split(t.trials[-1].params) == best  # the repeat is the model's pick, the best
+
+
+def test_tell_takes_numpy_numbers_and_huge_ints() -> None:
+    # numpy parameter values were refused ("0.5 is not a finite number"), and a Python int
+    # past float's range escaped as OverflowError (as a value or a parameter).
+    import numpy as np
+
+    space = Space((Int("a", 0, 9), Float("x", 0.0, 1.0)))
+    t = Tuner(space)
+    assert t.tell({"a": np.int64(1), "x": np.float32(0.5)}, 1.0).params == {"a": 1, "x": 0.5}
+    assert t.tell({"a": 2, "x": 0.5}, 10**400).error == "the objective is inf"
+    with pytest.raises(InputError, match="is outside"):
+        t.tell({"a": 1, "x": 10**400}, 1.0)

@@ -43,7 +43,7 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
-from interplace.errors import InputError, is_int, is_real, read_json
+from interplace.errors import InputError, is_int, is_real, plain_number, read_json
 
 __all__ = [
     "Choice",
@@ -358,9 +358,9 @@ class Space:
         for p in self.params:
             if p.name not in point:
                 raise InputError(f"parameter {p.name!r} is missing")
-            v = point[p.name]
+            v = plain_number(point[p.name])
             if isinstance(p, Int):
-                if not is_real(v) or float(v) != int(v):
+                if not is_real(v) or not (isinstance(v, int) or float(v).is_integer()):
                     raise InputError(f"parameter {p.name!r}: {v!r} is not an integer")
                 iv = int(v)
                 if not p.low <= iv <= p.high:

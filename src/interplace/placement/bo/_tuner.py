@@ -39,7 +39,10 @@ def _value(value: object) -> tuple[float | None, str]:
     if not (is_real(value, finite=False) or isinstance(value, np.floating | np.integer)):
         raise InputError(f"a trial's value must be a number, None or an error message, not "
                          f"{value!r}")
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:  # an int past float's range
+        v = math.inf if value > 0 else -math.inf
     if math.isnan(v):
         return None, "the objective is NaN"
     if not math.isfinite(v):
