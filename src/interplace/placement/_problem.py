@@ -1072,8 +1072,10 @@ class Problem:
 
         def grow(m: int, left: int, chosen: tuple[int, ...]) -> bool:
             if left == 0:
+                if len(out) == SPANNING_SETS:  # one set more than the search tries
+                    return False
                 out.append(tuple(sorted(chosen)))
-                return len(out) < SPANNING_SETS
+                return True
             if left > room[m]:
                 return True
             for c in range(min(left, len(per[m])), -1, -1):
