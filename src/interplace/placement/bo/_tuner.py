@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from interplace.errors import InputError, first_line, is_int, is_real
+from interplace.errors import InputError, first_line, is_int, is_real, plain_number
 from interplace.placement.bo._space import Float, Int, Point, Space
 from interplace.placement.bo._trials import Trial, TrialsFile
 
@@ -36,7 +36,8 @@ def _value(value: object) -> tuple[float | None, str]:
         return None, "no value"
     if isinstance(value, str):
         return None, first_line(Exception(value)) if value.strip() else "failed"
-    if not (is_real(value, finite=False) or isinstance(value, np.floating | np.integer)):
+    value = plain_number(value)
+    if not is_real(value, finite=False):
         raise InputError(f"a trial's value must be a number, None or an error message, not "
                          f"{value!r}")
     try:
@@ -221,7 +222,7 @@ class Tuner:
         seen = set(used)
         first: list[Point] = []
         grid = self._feasible_grid()
-        if grid is not None and not any(self.space.key(p) not in seen for p in grid):
+        if grid is not None and self._spent(seen):
             # A small space, every feasible point taken: repeats, in the grid's order (a
             # scan of every Sobol draw, and its repair, took seconds an ask to find none).
             if not grid:
@@ -270,6 +271,11 @@ class Tuner:
             self._grid = list(self.space.grid())
         return self._grid
 
+    def _spent(self, taken: set[tuple[float, ...]]) -> bool:
+        """Whether every feasible point of a small space is in ``taken``."""
+        grid = self._feasible_grid()
+        return grid is not None and all(self.space.key(g) in taken for g in grid)
+
     def _design(self, k: int) -> list[Point]:
         self.notes["sobol"] += k
         return self._fresh(k, self._used())
@@ -311,9 +317,7 @@ class Tuner:
                 continue
             p = self.space.decode(row.tolist())
             key = self.space.key(p)
-            grid = self._feasible_grid()
-            spent = grid is not None and all(self.space.key(g) in taken for g in grid)
-            if not self.space.feasible(p) or (key in taken and not spent):
+            if not self.space.feasible(p) or (key in taken and not self._spent(taken)):
                 rejected += 1  # (a repeat is kept once every point of a small space is taken)
                 continue
             out.append(p)
