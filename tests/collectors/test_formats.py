@@ -312,6 +312,15 @@ def test_prometheus_prefers_the_profiling_pcie_field() -> None:
     assert series(df, "0", "pcie_tx_kbps") == [(0.0, 2000.0)]
     assert series(df, "0", "DCGM_FI_DEV_PCIE_TX_THROUGHPUT") == [(0.0, 1999.0)]
     assert series(df, "host", "process_open_fds") == [(0.0, 12.0)]
+    # A blank DEV field beside a PROF one is listed by its own name: pcie_tx_kbps has readings
+    # (it was listed as unavailable, and the CLI said so).
+    blank = 'DCGM_FI_PROF_PCIE_TX_BYTES{gpu="0"} 2000000\n'
+    blank += 'DCGM_FI_DEV_PCIE_TX_THROUGHPUT{gpu="0"} 9223372036854775794\n'
+    df = prometheus.parse(blank)
+    assert series(df, "0", "pcie_tx_kbps") == [(0.0, 2000.0)]
+    assert df.attrs["unsupported"] == ["DCGM_FI_DEV_PCIE_TX_THROUGHPUT"]
+    alone = prometheus.parse(blank.split("\n")[1])  # no reading of pcie_tx_kbps at all
+    assert alone.attrs["unsupported"] == ["pcie_tx_kbps"]
 
 
 def test_prometheus_series_of_switches_cpus_and_links_keep_their_devices() -> None:

@@ -105,6 +105,25 @@ def test_headerless_query_csv_gets_a_hint() -> None:
     assert "--fields" not in str(err.value)
 
 
+# nvidia-smi pmon's header (an H100's, as pmon prints it): its sm/mem/enc made it pass for
+# dmon, and the parse then failed on "type value 'C' is not a number" or, with every value
+# "-", said GPU utilisation was unavailable.
+PMON = (
+    "# gpu         pid   type     sm    mem    enc    dec    jpg    ofa    command \n"
+    "# Idx           #    C/G      %      %      %      %      %      %    name \n"
+    "    0      11345     C     99     10      -      -      -      -    gpu_burn \n"
+)
+
+
+def test_pmon_output_is_named_not_read_as_dmon() -> None:
+    with pytest.raises(InputError) as err:
+        detect_format(PMON)
+    assert "this is nvidia-smi pmon output (per process), which interplace does not read" in str(
+        err.value
+    )
+    assert not FORMATS["dmon"].sniff(PMON)
+
+
 def test_ingest_with_an_explicit_format_and_options() -> None:
     fields = ["timestamp", "index", "utilization.gpu", "memory.used", "power.draw"]
     df = ingest(FIXTURES / "nvsmi_query_noheader.csv", "nvsmi-query", "gpu7", fields=fields)

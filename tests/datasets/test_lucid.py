@@ -152,6 +152,13 @@ def test_synthetic_directory_converts(tmp_path: Path) -> None:
         (SINGLE + "Foo,Set,8,0,99.0,1,1,1,1\n", HEADER, "job 'Foo/Set bs8' is profiled twice"),
         (SINGLE.replace(",speed,", ",rate,"), HEADER, "single_data.csv: lacks column(s) speed"),
         (SINGLE, HEADER.replace(",gmem\n", "\n"), "colocate_info.csv: lacks column(s) gmem"),
+        # An infinite utilisation names the file's row (it was "samples row 198" of the table
+        # the loader builds, a row the user cannot find).
+        (
+            SINGLE,
+            HEADER + "0,Foo,Set,1,8,0,0.5,Bar,Set,1,16,1,0.8,inf,1,1\n",
+            "colocate_info.csv row 0: gpu_util inf is not a finite number",
+        ),
     ],
 )
 def test_malformed_input_is_refused(tmp_path: Path, single: str, pairs: str, message: str) -> None:

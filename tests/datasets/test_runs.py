@@ -129,6 +129,12 @@ def test_validate_runs_accepts_missing_modes_and_self_pairs() -> None:
             _samples(value=np.array([np.float32(np.inf), 1.0], dtype=np.float32)),
             "bad: samples row 0 has value inf, not a finite number or missing",
         ),
+        # A counter's share of the interval: text was read as no scale and 5 divided the
+        # reading by 5 (the model's counters then 0.24 where the readings said 0.40).
+        (_samples(scale=["x", 0.5]), "bad: samples row 0 has scale 'x', not a number in (0, 1]"),
+        (_samples(scale=[0.5, 5.0]), "bad: samples row 1 has scale 5.0, not a number in (0, 1]"),
+        (_samples(scale=[0.0, 1.0]), "bad: samples row 0 has scale 0.0, not a number in (0, 1]"),
+        (_samples(scale=[True, 1.0]), "bad: samples row 0 has scale True, not a number in (0, 1]"),
     ],
 )
 def test_validate_samples_names_the_problem(samples: pd.DataFrame, message: str) -> None:
@@ -144,6 +150,8 @@ def test_samples_may_miss_values() -> None:
     validate_samples_for_runs(
         _samples(value=pd.array([pd.NA, 1.5], dtype="Float64")), _runs(), "ok"
     )
+    validate_samples_for_runs(_samples(scale=[np.nan, 0.25]), _runs(), "ok")
+    validate_samples_for_runs(_samples(scale=[None, 1]), _runs(), "ok")
     data = CoLocationData(_runs(), _samples(value=[np.nan, 2.0]), "ok")
     assert data.samples is not None and data.samples["value"].isna().tolist() == [True, False]
 

@@ -196,7 +196,9 @@ def test_topology_supplies_gpus_and_hosts() -> None:
         ({"n_jobs": 0}, "n_jobs must be an integer >= 1"),
         # numpy integers are refused, not cast, as by every other integer argument (is_int).
         ({"n_jobs": np.int64(3)}, "n_jobs must be an integer >= 1, not np.int64"),
-        ({"seed": np.int64(0)}, "seed must be an integer, not np.int64"),
+        ({"seed": np.int64(0)}, r"seed must be an integer in \[0, 2\*\*63\), not np.int64"),
+        ({"seed": -1}, r"seed must be an integer in \[0, 2\*\*63\), not -1"),  # was numpy's
+        ({"seed": 2**70}, r"seed must be an integer in \[0, 2\*\*63\)"),  # was taken
         ({"pairs": "some"}, "pairs must be one of"),
         ({"missing_frac": 1.0}, "missing_frac must be in"),
         ({"noise_speed": -1.0}, "noise_speed must be"),

@@ -149,6 +149,24 @@ def test_venus_malformed(tmp_path: Path, text: str, message: str) -> None:
         load_venus(_write(tmp_path, text))
 
 
+def test_venus_times_of_several_formats_and_offsets(tmp_path: Path) -> None:
+    head = "time,submit_gpu_job,submit_gpu_num\n"
+    # Offsets that change (a daylight-saving change; pandas refuses the column as it is) are
+    # compared in UTC: 00:50+01 and 01:00+01 are 23:50Z and 00:00Z, 03:10+02 is 01:10Z.
+    dst = head + "2020-03-29 00:50:00+01:00,1,1\n2020-03-29 01:00:00+01:00,1,1\n"
+    dst += "2020-03-29 03:10:00+02:00,1,1\n"
+    assert load_venus(_write(tmp_path, dst)).jobs["submit_s"].tolist() == [300.0, 2700.0, 6000.0]
+    # Each row in its own ISO form (pandas infers one from the first row).
+    iso = head + "2020-01-01 00:00:00,1,1\n2020-01-01T00:10:00,1,1\n"
+    assert load_venus(_write(tmp_path, iso)).jobs["submit_s"].tolist() == [300.0, 900.0]
+    east = head + "2020-01-01 00:00:00+00:00,1,1\n2020-01-01 00:10:00+08:00,1,1\n"
+    with pytest.raises(InputError, match="row 1 is not after row 0"):  # 16:10Z the day before
+        load_venus(_write(tmp_path, east))
+    mixed = head + "2020-01-01 00:00:00,1,1\n2020-01-01 00:10:00+08:00,1,1\n"
+    with pytest.raises(InputError, match="row 0: '2020-01-01 00:00:00' has no UTC offset, row 1"):
+        load_venus(_write(tmp_path, mixed))
+
+
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no such file"):
         load_philly(tmp_path / "nope.csv")

@@ -80,12 +80,21 @@ def detect_format(text: str, what: str = "the input") -> str:
     Traceback (most recent call last):
     ...
     interplace.errors.InputError: ...; header-less nvidia-smi --query-gpu CSV? give --format ...
+    >>> detect_format("# gpu  pid  type  sm  mem  command\\n")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: ...; this is nvidia-smi pmon output (per process), which ...
     """
     for name, fmt in FORMATS.items():
         if fmt.sniff(text):
             return name
     hint = ""
-    if nvsmi_query.looks_headerless(text):
+    if dmon.looks_pmon(text):
+        hint = (
+            "; this is nvidia-smi pmon output (per process), which interplace does not read: "
+            "record nvidia-smi dmon (per GPU) instead"
+        )
+    elif nvsmi_query.looks_headerless(text):
         hint = (
             "; header-less nvidia-smi --query-gpu CSV? give --format nvsmi-query --fields "
             "<the --query-gpu list> (in Python: format='nvsmi-query', fields=[...])"

@@ -145,6 +145,8 @@ def _summary(rid: str, row: pd.Series, where: str) -> list[tuple[str, float, str
             f = float(value)
         except (TypeError, ValueError):
             raise InputError(f"{where}: {column} {value!r} is not a number") from None
+        if not math.isfinite(f):
+            raise InputError(f"{where}: {column} {value!r} is not a finite number")
         out.append((rid, 0.0, metric, f * factor))
     return out
 

@@ -208,7 +208,8 @@ def validate_samples_for_runs(samples: pd.DataFrame, runs: pd.DataFrame, what: s
     Checks: a DataFrame with the columns ``run_id``, ``t_s``, ``metric``, ``value``;
     non-empty string ``run_id`` and ``metric``; ``t_s`` finite numbers; ``value`` finite
     numbers or missing (NaN, ``None``, ``pd.NA``: a reading not obtained, ignored by consumers,
-    see the module docstring); every ``run_id`` a run of ``runs``.
+    see the module docstring); ``scale``, where given, a number in (0, 1] or missing; every
+    ``run_id`` a run of ``runs``.
 
     >>> runs = pd.DataFrame({"run_id": ["a"], "job": ["x"], "throughput": [1.0]})
     >>> s = pd.DataFrame({"run_id": ["a", "a"], "t_s": [0.0, 1.0],
@@ -256,6 +257,16 @@ def validate_samples_for_runs(samples: pd.DataFrame, runs: pd.DataFrame, what: s
                 f"{what}: samples row {pos} has value {float(value)!r}, not a finite number or "
                 "missing"
             )
+    if "scale" in samples.columns:  # the share of the interval a counter ran
+        share = pd.to_numeric(samples["scale"], errors="coerce").to_numpy(dtype=float)
+        for pos, (value, x) in enumerate(zip(samples["scale"].tolist(), share, strict=True)):
+            if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+                continue
+            if isinstance(value, bool | np.bool_) or not 0.0 < x <= 1.0:
+                raise InputError(
+                    f"{what}: samples row {pos} has scale {value!r}, not a number in (0, 1] or "
+                    "missing"
+                )
     known = set(runs["run_id"].tolist())
     for pos, rid in enumerate(samples["run_id"].tolist()):
         if rid not in known:

@@ -128,7 +128,7 @@ import numpy as np
 import pandas as pd
 
 from interplace.datasets.runs import MODES, CoLocationData
-from interplace.errors import InputError, is_int, is_real
+from interplace.errors import InputError, check_seed, is_int, is_real
 
 __all__ = [
     "DEFAULT_NOISE_METRIC",
@@ -255,8 +255,7 @@ def _check_args(
     ):
         if not is_int(value, low):
             raise InputError(f"{name} must be an integer >= {low}, not {value!r}")
-    if not is_int(seed):
-        raise InputError(f"seed must be an integer, not {seed!r}")
+    check_seed(seed)
     if pairs not in _PAIRS:
         raise InputError(f"pairs must be one of {', '.join(_PAIRS)}, not {pairs!r}")
     for name, x in (("noise_speed", noise_speed), ("clock_offset_s", clock_offset_s)):

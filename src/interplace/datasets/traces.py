@@ -325,6 +325,35 @@ def load_alibaba_openb(path: str | os.PathLike[str], *, drop_unscheduled: bool =
 _VENUS = ("time", "submit_gpu_job", "submit_gpu_num")
 
 
+def _bin_times(col: pd.Series, what: str) -> pd.Series:
+    """``col`` as times: each row's own format where the rows differ in format (pandas infers
+    one from the first row), in UTC where their UTC offsets differ (a daylight-saving change,
+    another zone); a row without an offset among rows with one is refused (which zone?)."""
+    try:
+        times = pd.to_datetime(col, errors="coerce")
+    except ValueError:  # offsets differ
+        times = None
+    if times is None or times.isna().any():
+        try:
+            times = pd.to_datetime(col, errors="coerce", format="mixed")
+        except ValueError:
+            stamps = enumerate(pd.to_datetime(v, errors="coerce") for v in col.astype(str))
+            known = [(pos, v.tzinfo is None) for pos, v in stamps if isinstance(v, pd.Timestamp)]
+            naive = [pos for pos, no_zone in known if no_zone]
+            aware = [pos for pos, no_zone in known if not no_zone]
+            if naive and aware:
+                raise InputError(
+                    f"{what}: column 'time' row {naive[0]}: {col.iloc[naive[0]]!r} has no UTC "
+                    f"offset, row {aware[0]}: {col.iloc[aware[0]]!r} has one"
+                ) from None
+            times = pd.to_datetime(col, errors="coerce", format="mixed", utc=True)
+    bad = times.isna().to_numpy()
+    if bad.any():
+        pos = int(np.flatnonzero(bad)[0])
+        raise InputError(f"{what}: column 'time' row {pos}: {col.iloc[pos]!r} is not a time")
+    return times
+
+
 def load_venus(path: str | os.PathLike[str]) -> JobTrace:
     """GPU-job arrivals of SenseTime's Venus cluster, expanded into jobs.
 
@@ -351,11 +380,7 @@ def load_venus(path: str | os.PathLike[str]) -> JobTrace:
     p = Path(path)
     what = str(p)
     df = _read_csv(p, _VENUS, ("time",))
-    times = pd.to_datetime(df["time"], errors="coerce")
-    bad_time = times.isna().to_numpy()
-    if bad_time.any():
-        pos = int(np.flatnonzero(bad_time)[0])
-        raise InputError(f"{what}: column 'time' row {pos}: {df['time'].iloc[pos]!r} is not a time")
+    times = _bin_times(df["time"], what)
     t = (times - times.iloc[0]).dt.total_seconds().to_numpy(dtype=np.float64)
     gaps = np.diff(t)
     if (gaps <= 0).any():

@@ -177,7 +177,9 @@ def test_resume_from_the_trials_file_continues(tmp_path: Path) -> None:
 
 def test_arguments_are_checked() -> None:
     space = Space((Int("a", 0, 1),))
-    for kw, msg in [({"seed": -1}, "seed"), ({"n_init": 0}, "n_init"), ({"budget": -1}, "budget")]:
+    seed_range = r"seed must be an integer in \[0, 2\*\*63\)"
+    for kw, msg in [({"seed": -1}, "seed"), ({"seed": 2**63}, seed_range),
+                    ({"n_init": 0}, "n_init"), ({"budget": -1}, "budget")]:
         with pytest.raises(InputError, match=msg):
             Tuner(space, **kw)  # type: ignore[arg-type]
     with pytest.raises(InputError, match="n must be"):

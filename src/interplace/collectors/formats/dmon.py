@@ -75,9 +75,22 @@ def _names(line: str) -> list[str] | None:
         return None
     toks = line[1:].split()
     low = [t.lower() for t in toks]
-    if "gpu" not in low or not any(t in _KNOWN for t in low):
-        return None
+    if "gpu" not in low or "pid" in low or not any(t in _KNOWN for t in low):
+        return None  # "pid": pmon's header (per process), whose sm/mem/enc are not dmon's
     return low
+
+
+def looks_pmon(text: str) -> bool:
+    """True when the first non-blank line is ``nvidia-smi pmon``'s (per-process) header.
+
+    >>> looks_pmon("# gpu   pid  type  sm  mem  enc  dec  command\\n")
+    True
+    """
+    ls = lines(text)
+    if not ls or not ls[0][1].startswith("#"):
+        return False
+    low = [t.lower() for t in ls[0][1][1:].split()]
+    return "gpu" in low and "pid" in low
 
 
 def sniff(text: str) -> bool:

@@ -208,7 +208,7 @@ def parse(text: str, host: str = "localhost", *, interval_s: float = 1.0) -> pd.
         if math.isnan(v):
             continue
         if math.isinf(v) or _is_blank(v):
-            unsupported.add(canon[0] if canon else name)
+            unsupported.add(name)
             continue
         dev = _device(labels)
         stamps.append(float(sm.group(4)) if sm.group(4) is not None else math.nan)
@@ -222,6 +222,12 @@ def parse(text: str, host: str = "localhost", *, interval_s: float = 1.0) -> pd.
         name if name not in _CANONICAL or _FALLBACK.get(name) in present else _CANONICAL[name][0]
         for name in source
     ]
+    # A blank field is listed by the metric it would give, or by its own name where that
+    # metric has readings from another field (a blank DEV PCIe field beside a PROF one).
+    unsupported = {
+        name if name not in _CANONICAL or _CANONICAL[name][0] in metric else _CANONICAL[name][0]
+        for name in unsupported
+    }
     if n_stamped:
         ms = np.asarray(stamps, dtype=np.float64)
         t = (ms - ms.min()) / 1000.0 if len(ms) else ms

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from interplace.errors import InputError, first_line, is_int, is_real, plain_number
+from interplace.errors import InputError, check_seed, first_line, is_int, is_real, plain_number
 from interplace.placement.bo._space import Float, Int, Point, Space
 from interplace.placement.bo._trials import Trial, TrialsFile
 
@@ -75,8 +75,7 @@ class Tuner:
                  budget: int | None = None) -> None:
         if not isinstance(space, Space):
             raise InputError(f"space must be a Space, not {type(space).__name__}")
-        if not is_int(seed, 0):
-            raise InputError(f"seed must be an integer >= 0, not {seed!r}")
+        check_seed(seed)
         if n_init is not None and not is_int(n_init, 1):
             raise InputError(f"n_init must be an integer >= 1, not {n_init!r}")
         if budget is not None and not is_int(budget, 0):
