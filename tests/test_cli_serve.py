@@ -140,3 +140,23 @@ def test_the_assume_ttl_option_reaches_the_extender(
     with pytest.raises(SystemExit) as exc:
         main(["serve", "--model", str(model_dir), "--topology", "dgx-a100", "--assume-ttl", "0"])
     assert exc.value.code == 2 and "argument --assume-ttl" in capsys.readouterr().err
+
+
+def test_node_topology_files_are_found_by_the_node_name(tmp_path: Path) -> None:
+    from interplace.cli.serve import node_topologies
+    from interplace.errors import InputError
+
+    fixtures = Path(__file__).parent / "fixtures" / "topology"
+    ndv2 = (fixtures / "ndv2-topo.xml").read_bytes()
+    # A node name with dots, the file named exactly so (found by its stem, gpu-1.example, it
+    # matched no node and every pod was refused there: "no topology").
+    (tmp_path / "gpu-1.example.com").write_bytes(ndv2)
+    (tmp_path / "gpu-2.xml").write_bytes(ndv2)
+    found = node_topologies(None, str(tmp_path))
+    assert isinstance(found, dict)
+    assert {"gpu-1.example.com", "gpu-2"} <= set(found)
+    assert len(found["gpu-2"].gpus()) == 8
+    (tmp_path / "gpu-3.xml").write_bytes(ndv2)  # which is node gpu-3's?
+    (tmp_path / "gpu-3.hwloc").write_bytes(ndv2)
+    with pytest.raises(InputError, match=r"two topology files for node gpu-3: gpu-3\.hwloc, gpu"):
+        node_topologies(None, str(tmp_path))

@@ -101,8 +101,15 @@ def test_counters_refuse_bad_scale() -> None:
     samples = pd.DataFrame(
         {"run_id": ["a"], "t_s": [0.0], "metric": ["instructions"], "value": [1.0], "scale": [0.0]}
     )
+    # The table itself refuses it (since the samples' scale is checked with the table) ...
+    with pytest.raises(InputError, match=r"samples row 0 has scale 0\.0, not a number in"):
+        CoLocationData(runs, samples, "t")
+    # ... and the counters refuse a table changed after it was checked.
+    data = CoLocationData(runs, samples.assign(scale=[0.5]), "t")
+    assert data.samples is not None
+    data.samples["scale"] = 0.0
     with pytest.raises(InputError, match="scale <= 0"):
-        counters_from_samples(CoLocationData(runs, samples, "t"), ["x"])
+        counters_from_samples(data, ["x"])
 
 
 def test_contention_function_edge_cases() -> None:

@@ -246,6 +246,20 @@ def test_concurrent_binds_never_double_book(served: tuple[Any, list[str]]) -> No
     assert sorted(gpus) == sorted(set(gpus)) and len(gpus) == 8
 
 
+class Reply:
+    """An unread HTTP reply (``_preload_content=False``): its connection goes back to the
+    pool only once it is read and released."""
+
+    def __init__(self) -> None:
+        self.released = False
+
+    def read(self) -> bytes:
+        return b"{}"
+
+    def release_conn(self) -> None:
+        self.released = True
+
+
 class FakeApi:
     """The CoreV1Api calls KubeSync makes, recorded."""
 
@@ -253,6 +267,7 @@ class FakeApi:
         self.pods = pods
         self.patches: list[tuple[str, str, dict]] = []
         self.bindings: list[Any] = []
+        self.replies: list[Reply] = []
         self.fail = False
 
     def list_pod_for_all_namespaces(self, **_: Any) -> dict[str, Any]:
@@ -261,11 +276,13 @@ class FakeApi:
     def patch_namespaced_pod(self, name: str, ns: str, body: dict) -> None:
         self.patches.append((name, ns, body))
 
-    def create_namespaced_binding(self, ns: str, body: Any, **kw: Any) -> None:
+    def create_namespaced_binding(self, ns: str, body: Any, **kw: Any) -> Reply:
         if self.fail:
             raise RuntimeError("apiserver said no")
         assert kw == {"_preload_content": False}
         self.bindings.append(body)
+        self.replies.append(Reply())
+        return self.replies[-1]
 
     def read_namespaced_pod(self, name: str, ns: str) -> dict[str, Any]:
         return next(p for p in self.pods if p["metadata"]["name"] == name)
@@ -293,6 +310,7 @@ def test_restart_rebuilds_from_annotations_and_binds_through_api(
     chosen = body["metadata"]["annotations"][ANNOTATION_GPUS]
     assert (name, ns) == ("fresh", "ml") and chosen not in ("0", "1")
     assert api.bindings[0].target.name == "n1" and api.bindings[0].metadata.name == "fresh"
+    assert api.replies[0].released  # its connection back in the pool (each bind opened one)
     # A failed API bind books nothing.
     api.fail = True
     other = pod("other", jobs[3], 1)
@@ -589,3 +607,168 @@ def test_preempt_keeps_the_nodes_whose_victims_free_enough_slots(
     assert offered({"n1": [full[0], full[1]]}) == {"n1": meta(full[0], full[1])}
     assert offered({"n1": [full[2], full[3]]}, full_pods=True) == {"n1": meta(full[2], full[3])}
     assert offered({"n1": [full[2]]}, full_pods=True) == {}
+
+
+@pytest.mark.parametrize(
+    ("annotation", "reason"),
+    [
+        # What placement's Job refuses passed the pod's reading: filter passed it and every
+        # bind failed (400); on a running pod the service could not start (its list failed).
+        ({"interplace.io/counters": "gpu_util_pct=nan"}, "must be a finite number >= 0"),
+        ({"interplace.io/counters": "gpu_util_pct=-1"}, "must be a finite number >= 0"),
+        ({"interplace.io/counters": "gpu_util_pct=1e400"}, "must be a finite number >= 0"),
+        ({"interplace.io/counters": "foo=3"}, "unknown counter 'foo'"),
+        ({"interplace.io/counters": "gpu_util_pct=1,gpu_util_pct=2"}, "given twice"),
+        ({"interplace.io/family": "a\tb"}, "interplace.io/family: family 'a\\tb' holds a"),
+    ],
+)
+def test_annotations_placement_refuses_are_the_pods_problem(
+    served: tuple[Any, list[str]], annotation: dict[str, str], reason: str
+) -> None:
+    model, jobs = served
+    running = bound("odd", "newtype", 1, "3", **annotation)
+    ext, http = make(model, ["n1"])
+    sync = KubeSync(FakeApi([running]), ext)
+    assert sync.restore() == "7"  # the service starts, the pod booked where it runs, unseen
+    assert ext.book.pods["ml/odd"].job is None
+    ext.observe("MODIFIED", running)
+    assert ext.snapshot()["nodes"] == {"n1": {"ml/odd": "3"}}
+    new = pod("new", "newtype", 1)
+    new["metadata"]["annotations"] = annotation
+    r = http.post("/filter", json={"Pod": new, "Nodes": None, "NodeNames": ["n1"]})
+    assert r.status_code == 200 and r.json()["NodeNames"] == []
+    assert reason in r.json()["FailedAndUnresolvableNodes"]["n1"]
+    plain = pod("plain", jobs[0], 1)  # and the node still takes other pods
+    r = http.post("/filter", json={"Pod": plain, "Nodes": None, "NodeNames": ["n1"]})
+    assert r.json()["NodeNames"] == ["n1"]
+    r = http.post("/bind", json={"PodName": "plain", "PodNamespace": "ml", "Node": "n1"})
+    assert r.json()["Error"] == ""
+
+
+@pytest.mark.parametrize(("gpus", "booked", "held"), [(1, "0,1", 2), (2, "0", 1), (2, "0,0", 1)])
+def test_a_running_pod_on_other_gpus_than_it_asks_for_is_reserved_not_an_error(
+    served: tuple[Any, list[str]], gpus: int, booked: str, held: int
+) -> None:
+    # Its booking made the node's state unbuildable (placement refuses a job on a GPU count
+    # it does not ask for): every filter naming the node answered 400, every bind too.
+    model, jobs = served
+    ext, http = make(model, ["n1", "n2"], max_per_gpu=1)
+    ext.restore([bound("odd", jobs[0], gpus, booked)])
+    _topo, state, reserved, _ = ext._build_view("n1")
+    assert not state.running and sum(reserved.values()) == held  # each GPU it holds, once
+    new = pod("new", jobs[1], 1)
+    r = http.post("/filter", json={"Pod": new, "Nodes": None, "NodeNames": ["n1", "n2"]})
+    assert r.status_code == 200 and r.json()["NodeNames"] == ["n1", "n2"]
+    r = http.post("/bind", json={"PodName": "new", "PodNamespace": "ml", "Node": "n1"})
+    assert r.json()["Error"] == ""
+    assert ext.snapshot()["nodes"]["n1"]["ml/new"] not in booked.split(",")
+
+
+def test_a_node_whose_state_cannot_be_built_fails_alone(served: tuple[Any, list[str]]) -> None:
+    model, jobs = served
+    topo = builtin("dgx-a100")
+
+    def topology_for(n: str) -> Any:
+        if n == "broken":
+            raise RuntimeError("topology store unreachable")
+        return topo
+
+    ext = Extender(model, topology_for)
+    http = TestClient(build_app(ext))
+    r = http.post("/filter", json={"Pod": pod("p", jobs[0], 1), "Nodes": None,
+                                   "NodeNames": ["broken", "n1"]})
+    assert r.status_code == 200 and r.json()["NodeNames"] == ["n1"]
+    assert "topology store unreachable" in r.json()["FailedAndUnresolvableNodes"]["broken"]
+    r = http.post("/bind", json={"PodName": "p", "PodNamespace": "ml", "Node": "broken"})
+    assert "cannot bind ml/p to broken: topology store unreachable" in r.json()["Error"]
+
+
+def test_nodes_whose_running_pods_differ_only_in_counters_are_scored_apart(
+    served: tuple[Any, list[str]],
+) -> None:
+    # The score cache's key named running jobs by type and GPUs only: two nodes running the
+    # same new type with other counters shared whichever score came first.
+    model, jobs = served
+    ext, _ = make(model, ["heavy", "light"])
+    ones = {"heavy": "100", "light": "1"}
+    pods = [bound(f"r-{n}", "newtype", 1, "0", **{"interplace.io/counters": ",".join(
+        f"{m}={v}" for m in ("gpu_util_pct", "mem_util_pct", "sm_active_pct",
+                             "dram_active_pct"))}) for n, v in ones.items()]
+    for p, n in zip(pods, ones, strict=True):
+        p["spec"]["nodeName"] = n
+    ext.restore(pods)
+    keys = {n: ext._build_view(n)[3] for n in ones}
+    assert keys["heavy"] != keys["light"]
+    new = parse_pod(pod("new", jobs[0], 1))
+    job = ext._job(new)
+    assert job is not None
+    gains = {n: ext._score(job, ext._build_view(n)) for n in ones}
+    fresh = {}
+    for n in ones:  # each node alone, in an extender of its own
+        alone, _ = make(model, [n])
+        alone.restore([p for p in pods if p["spec"]["nodeName"] == n])
+        fresh[n] = alone._best(new, job, n)
+    assert gains == fresh
+
+
+def test_a_pod_that_asks_for_no_gpus_binds_where_filter_passed_it(
+    served: tuple[Any, list[str]],
+) -> None:
+    # filter passes it on a node without a topology (a CPU node); bind then refused it there
+    # ("no topology"), and the pod never started.
+    model, _ = served
+    _ext, http = make(model, ["gpu-node"])
+    zero = pod("zero", None, 0)
+    zero["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "0"}}
+    r = http.post("/filter", json={"Pod": zero, "Nodes": None, "NodeNames": ["cpu-node"]})
+    assert r.json()["NodeNames"] == ["cpu-node"]
+    r = http.post("/bind", json={"PodName": "zero", "PodNamespace": "ml", "Node": "cpu-node"})
+    assert r.json()["Error"] == ""
+
+
+def test_a_list_books_no_pod_that_asks_for_no_gpus(served: tuple[Any, list[str]]) -> None:
+    model, _ = served
+    ext, _http = make(model, ["n1"])
+    cpu = pod("sidecar", None, 0, ns="kube-system")
+    cpu["spec"]["nodeName"] = "n1"
+    assert ext.restore([cpu]) == 0  # as the watch books nothing of it
+    ext.observe("ADDED", cpu)
+    assert ext.snapshot()["nodes"] == {}
+
+
+@pytest.mark.parametrize(
+    ("verb", "args", "reason"),
+    [
+        ("filter", {"Pod": {"metadata": {"name": "p"}, "spec": {"containers": [
+            {"resources": {"limits": "1"}}]}}, "NodeNames": ["n1"]},
+         "resources.limits must be an object"),
+        ("filter", {"Pod": pod("p", None, 1), "Nodes": {"items": ["n1"]}},
+         "a node in Nodes lacks metadata.name"),
+        ("preempt", {"Pod": pod("p", None, 1), "NodeNameToMetaVictims": {"n1": {"Pods": 1}}},
+         "Pods must be a list of objects"),
+        ("preempt", {"Pod": pod("p", None, 1), "NodeNameToVictims": {"n1": {
+            "Pods": [], "NumPDBViolations": "x"}}}, "NumPDBViolations must be an integer"),
+        ("preempt", {"Pod": pod("p", None, 1), "NodeNameToVictims": {"n1": {"Pods": [1]}}},
+         "Pods must be a list of objects"),
+    ],
+)
+def test_misshapen_requests_are_400_with_the_reason(
+    served: tuple[Any, list[str]], verb: str, args: dict[str, Any], reason: str
+) -> None:
+    model, _ = served
+    _ext, http = make(model, ["n1"])
+    r = http.post(f"/{verb}", json=args)  # was a plain-text 500 (AttributeError, TypeError)
+    assert r.status_code == 400 and reason in r.json()["Error"]
+
+
+def test_a_fault_of_the_service_is_a_json_500(served: tuple[Any, list[str]]) -> None:
+    model, _ = served
+    ext, _ = make(model, ["n1"])
+
+    def broken(args: Any) -> Any:
+        raise ZeroDivisionError("a bug")
+
+    ext.preempt = broken  # type: ignore[method-assign]
+    http = TestClient(build_app(ext), raise_server_exceptions=False)
+    r = http.post("/preempt", json={})
+    assert r.status_code == 500 and r.json() == {"Error": "preempt failed: a bug"}

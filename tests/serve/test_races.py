@@ -23,7 +23,7 @@ from interplace.serve import (
     build_app,
 )
 from interplace.serve import _extender as extender_module
-from tests.serve.test_extender import FakeApi, bound, make, pod
+from tests.serve.test_extender import FakeApi, Reply, bound, make, pod
 
 MAX = 1
 
@@ -67,7 +67,7 @@ class Cluster:
                                         **body["metadata"]["annotations"]}
         self._changed(f"{ns}/{name}")
 
-    def create_namespaced_binding(self, ns: str, body: Any, **kw: Any) -> None:
+    def create_namespaced_binding(self, ns: str, body: Any, **kw: Any) -> Reply:
         p = self._get(ns, body.metadata.name)
         if body.metadata.uid and body.metadata.uid != p["metadata"]["uid"]:
             raise RuntimeError("409 Conflict: Precondition failed: UID in precondition")
@@ -75,6 +75,7 @@ class Cluster:
             raise RuntimeError("409 Conflict: pod is already assigned to a node")
         p["spec"]["nodeName"] = body.target.name
         self._changed(f"{ns}/{body.metadata.name}")
+        return Reply()
 
     def read_namespaced_pod(self, name: str, ns: str) -> dict[str, Any]:
         return copy.deepcopy(self._get(ns, name))

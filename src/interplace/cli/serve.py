@@ -22,7 +22,8 @@ def node_topologies(
     topology: str | None, node_dir: str | None
 ) -> dict[str, Topology] | Topology:
     """One topology for every node, or a topology per node from a directory of files (or
-    ``--discover --record`` folders) named after the nodes."""
+    ``--discover --record`` folders) named after the nodes: a node's file is the one named
+    exactly as the node, else the one named as the node plus an extension."""
     from interplace.topology import load
 
     if (topology is None) == (node_dir is None):
@@ -34,11 +35,23 @@ def node_topologies(
     if not d.is_dir():
         raise InputError(f"no such directory: {d}")
     out: dict[str, Topology] = {}
+    stems: dict[str, list[Path]] = {}
     for entry in sorted(d.iterdir()):
         if entry.name.startswith("."):
             continue
-        name = entry.stem if entry.is_file() else entry.name
-        out[name] = load(entry)
+        # A file is found by its whole name (a node name may hold dots: gpu-1.example.com)
+        # and, failing that, by its name less its extension (gpu-1.xml for node gpu-1).
+        out[entry.name] = load(entry)
+        if entry.is_file() and entry.suffix:
+            stems.setdefault(entry.stem, []).append(entry)
+    for stem, files in stems.items():
+        if stem in out:
+            continue
+        if len(files) > 1:
+            raise InputError(
+                f"{d}: two topology files for node {stem}: {', '.join(f.name for f in files)}"
+            )
+        out[stem] = out[files[0].name]
     if not out:
         raise InputError(f"{d}: no node topology files")
     return out
@@ -100,7 +113,8 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--model", required=True, metavar="M", help="model directory (fit)")
     p.add_argument("--topology", metavar="T", help="every node's topology: file or built-in")
     p.add_argument("--node-topology", metavar="DIR",
-                   help="a topology file (or recording) per node, named after the node")
+                   help="a topology file (or recording) per node, named after the node "
+                   "(exactly, or with an extension: gpu-1 or gpu-1.xml for node gpu-1)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default: 127.0.0.1, this machine only; "
                    "0.0.0.0 to serve a cluster's scheduler through a Service)")

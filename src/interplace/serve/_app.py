@@ -5,8 +5,9 @@ every answer the extender computed, with any problem in ``Error``), ``GET /healt
 ``{"ok": true}``, or 503 with the reason in ``Error`` while ``health()`` names one: with an
 API server, :meth:`~interplace.serve.KubeSync.problem`) and ``GET /state`` (the booked
 GPUs, and the pods whose bookings are still assumed: :meth:`Extender.snapshot`). Malformed
-JSON or a request the verb cannot read gets 400 with ``{"Error": ...}``; an unknown path 404;
-a body over ``max_body`` bytes 413. The verbs and ``/state`` (which waits for the book) run
+JSON or a request the verb cannot read gets 400 with ``{"Error": ...}``; a failure of the
+service's own 500 with ``{"Error": ...}`` (and the traceback in the log); an unknown path
+404; a body over ``max_body`` bytes 413. The verbs and ``/state`` (which waits for the book) run
 in a worker thread, so neither a slow scoring nor a wait for the book's lock blocks the event
 loop (``/healthz`` above all). A prioritize call's deadline runs from the request's arrival
 here (a wait for a worker thread counts).
@@ -20,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from interplace.errors import InputError
+from interplace.errors import InputError, first_line
 from interplace.serve._extender import Extender
 
 __all__ = ["MAX_BODY", "build_app"]
@@ -83,6 +84,10 @@ def build_app(
             except InputError as exc:
                 log.info("%s: bad request: %s", name, exc)
                 return JSONResponse({"Error": str(exc)}, status_code=400)
+            except Exception as exc:  # a fault of the service's own: still the wire's JSON
+                log.exception("%s: failed", name)
+                return JSONResponse({"Error": f"{name} failed: {first_line(exc)}"},
+                                    status_code=500)
             return JSONResponse(result)
 
         return handle

@@ -44,10 +44,12 @@ no event confirms within ``assume_ttl_s`` is dropped. A bind for a UID other tha
 pod of that name's is refused unless the booked pod is known to have gone (the API server's
 pod of that name is the one bound, or the bound one was created later). A GPU that holds
 more pods than ``max_per_gpu`` (bound by a service with a higher limit, say) is full: no pod
-is placed on it, and its pods are counted there but not seen by the model.
+is placed on it, and its pods are counted there but not seen by the model; so is a pod
+booked on more or fewer GPUs than it asks for (an ``interplace.io/gpus`` edited by hand).
 
-A pod whose ``interplace.io/`` labels or annotations are malformed is refused by ``filter``
-on every node (``FailedAndUnresolvableNodes``, with the reason, which kube-scheduler shows
+A pod whose ``interplace.io/`` labels or annotations are malformed (or name what placement
+refuses: a counter reading that is not a finite number >= 0, a metric no model reads, a
+family with a control character) is refused by ``filter`` on every node (``FailedAndUnresolvableNodes``, with the reason, which kube-scheduler shows
 on the pod) rather than answered with an error status, which an ``ignorable`` extender's
 caller would skip; the book still counts its GPUs if it runs (bound by someone else).
 """
@@ -128,6 +130,23 @@ def _newer(req: PodRequest, held: Booking, default: bool) -> bool:
     if req.created is not None and held.created is not None and req.created != held.created:
         return req.created > held.created
     return default
+
+
+def _victim_pods(victims: Any, what: str) -> list[Mapping[str, Any]]:
+    """The ``Pods`` of a node's ``Victims`` or ``MetaVictims`` object (null: none), each an
+    object; :class:`InputError` for any other shape, and for a ``NumPDBViolations`` that is
+    not an integer."""
+    if victims is None:
+        return []
+    if not isinstance(victims, Mapping):
+        raise InputError(f"{what} values must be objects")
+    pods = victims.get("Pods") or []
+    if not isinstance(pods, list) or not all(isinstance(p, Mapping) for p in pods):
+        raise InputError(f"{what}: Pods must be a list of objects")
+    count = victims.get("NumPDBViolations")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int)):
+        raise InputError(f"{what}: NumPDBViolations must be an integer, not {count!r}")
+    return pods
 
 
 def node_score(gain: float, best: float, worst: float | None = None) -> int:
@@ -300,7 +319,8 @@ class Extender:
                 raise InputError("Nodes must be a v1.NodeList")
             by_name: dict[str, Any] = {}
             for item in nodes.get("items") or []:
-                name = ((item or {}).get("metadata") or {}).get("name")
+                meta = item.get("metadata") if isinstance(item, Mapping) else None
+                name = meta.get("name") if isinstance(meta, Mapping) else None
                 if not isinstance(name, str) or not name:
                     raise InputError("a node in Nodes lacks metadata.name")
                 by_name[name] = item
@@ -327,10 +347,12 @@ class Extender:
         occ = self.book.occupancy(node)
         # A GPU over max_per_gpu (bound under a higher limit, or by another scheduler) is full:
         # its pods count as reserved slots, at most max_per_gpu, and the model does not see
-        # them (placement refuses an over-full state). So does a pod on GPUs the node lacks.
+        # them (placement refuses an over-full state). So does a pod on GPUs the node lacks,
+        # and one on more or fewer GPUs than it asks for (an annotation edited by hand).
         over = {g for g, n in occ.items() if n > self.max_per_gpu}
         for b in sorted(self.book.on_node(node), key=lambda b: b.pod):
             if (b.job is None or (b.job.job not in self.known and not b.job.counters)
+                    or len(b.gpus) != b.job.gpus
                     or any(g in over or g not in ids for g in b.gpus)):
                 for g in b.gpus:
                     if g in ids:
@@ -339,8 +361,10 @@ class Extender:
                 running.append(Running(b.job, b.gpus))
         for g in over & ids:
             reserved[g] = min(reserved[g], self.max_per_gpu)
-        key = (id(topo), tuple(sorted((r.job.job, r.gpus) for r in running)),
-               tuple(sorted(reserved.items())))
+        # Everything of a running job that its scores read (not its pod's name).
+        key = (id(topo), tuple(sorted(
+            (r.job.job, r.gpus, r.job.family, r.job.counters, r.job.counter_samples,
+             r.job.comm_share) for r in running)), tuple(sorted(reserved.items())))
         return topo, ClusterState(tuple(running)), MappingProxyType(reserved), key
 
     def _fits(
@@ -432,7 +456,12 @@ class Extender:
                 if pod.gpus == 0:
                     passed.append(node)
                     continue
-                why = self._fits(pod, node)
+                try:
+                    why = self._fits(pod, node)
+                except Exception as exc:  # this node's state cannot be read: it alone fails
+                    log.warning("filter %s on %s: %s", pod.key, node, first_line(exc))
+                    hopeless[node] = f"node {node}: {first_line(exc)}"
+                    continue
                 if why is None:
                     passed.append(node)
                 elif why.startswith(("pod needs", "no topology")):
@@ -560,13 +589,22 @@ class Extender:
                 log.info("bind %s: the booked pod of that name (UID %s) has gone", key,
                          held.uid)
                 self.book.remove(key)
-            why = self._fits(pod, node)
-            if why is not None:
-                return {"Error": f"cannot bind {key} to {node}: {why}"}
             job = self._job(pod)
             gpus: tuple[str, ...] = ()
-            if pod.gpus > 0:
-                best = self._best(pod, job, node) if job is not None else None
+            if pod.gpus > 0:  # one that asks for none needs no topology (filter passes it)
+                try:
+                    why = self._fits(pod, node)
+                except Exception as exc:  # the node's state cannot be read
+                    log.warning("bind %s on %s: %s", key, node, first_line(exc))
+                    return {"Error": f"cannot bind {key} to {node}: {first_line(exc)}"}
+                if why is not None:
+                    return {"Error": f"cannot bind {key} to {node}: {why}"}
+                best = None
+                try:
+                    best = self._best(pod, job, node) if job is not None else None
+                except Exception as exc:  # the model cannot score: bind all the same
+                    log.warning("bind %s on %s: cannot score (%s); least loaded GPUs", key,
+                                node, first_line(exc))
                 if best is not None:
                     gpus = best[1]
                 else:  # a pod the model cannot see: its least loaded GPUs
@@ -660,19 +698,22 @@ class Extender:
         keys: dict[str, set[str]] = {}  # per node: booking keys of victims sent in full
         if isinstance(meta, Mapping) and meta:
             for node, v in meta.items():
-                if not isinstance(v, Mapping):
-                    raise InputError("NodeNameToMetaVictims values must be objects")
-                out[str(node)] = dict(v)
+                _victim_pods(v, "NodeNameToMetaVictims")
+                out[str(node)] = dict(v or {})
         else:
             victims = args.get("NodeNameToVictims") or {}
             if not isinstance(victims, Mapping):
                 raise InputError("NodeNameToVictims must be an object")
             for node, v in victims.items():
-                pods = (v or {}).get("Pods") or []
-                metas = [((p or {}).get("metadata") or {}) for p in pods]
+                metas = []
+                for p in _victim_pods(v, "NodeNameToVictims"):
+                    m = p.get("metadata") or {}
+                    if not isinstance(m, Mapping):
+                        raise InputError("a victim pod's metadata must be an object")
+                    metas.append(m)
                 out[str(node)] = {
                     "Pods": [{"UID": str(m.get("uid") or "")} for m in metas],
-                    "NumPDBViolations": int((v or {}).get("NumPDBViolations") or 0),
+                    "NumPDBViolations": (v or {}).get("NumPDBViolations") or 0,
                 }
                 keys[str(node)] = {f"{m.get('namespace') or 'default'}/{m.get('name')}"
                                    for m in metas}
@@ -742,8 +783,10 @@ class Extender:
                 listed[req.key] = req
                 if not req.node or req.phase in _FINISHED:
                     continue
-                if not req.assigned_gpus and req.gpus:
-                    continue  # not ours: bound by another scheduler, GPUs unknown
+                if not req.assigned_gpus:
+                    # Bound by another scheduler (GPUs unknown), or asks for no GPUs: nothing
+                    # to book (as the watch books nothing of it).
+                    continue
                 self._note_problem(req)
                 self.book.add(self._booking(req))
             for b in assumed:

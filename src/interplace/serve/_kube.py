@@ -113,7 +113,12 @@ class KubeSync:
         )
         # The Python client cannot deserialise this call's reply (kubernetes-client/python
         # #825): skip deserialising it.
-        self.api.create_namespaced_binding(pod.namespace, binding, _preload_content=False)
+        # Read and release the reply, so that its connection goes back to the pool (each bind
+        # opened a new one, a TLS handshake in a real cluster).
+        reply = self.api.create_namespaced_binding(pod.namespace, binding,
+                                                   _preload_content=False)
+        reply.read()
+        reply.release_conn()
 
     def read(self, namespace: str, name: str) -> Any:
         """One pod as JSON (for a bind the service saw no filter call for)."""

@@ -124,9 +124,13 @@ def _container_gpus(container: Any) -> int:
     res = container.get("resources") or {}
     if not isinstance(res, Mapping):
         raise InputError("a Pod container's resources must be an object")
-    amount = (res.get("limits") or {}).get(GPU_RESOURCE)
-    if amount is None:
-        amount = (res.get("requests") or {}).get(GPU_RESOURCE)
+    amount = None
+    for part in ("limits", "requests"):  # a limit stands for the request
+        values = res.get(part) or {}
+        if not isinstance(values, Mapping):
+            raise InputError(f"a Pod container's resources.{part} must be an object")
+        if amount is None:
+            amount = values.get(GPU_RESOURCE)
     return 0 if amount is None else _quantity(amount)
 
 
@@ -199,6 +203,10 @@ def _job_fields(meta: Mapping[str, Any]) -> _JobFields:
                 raise InputError(f"{KEY_COUNTERS}: {part!r} is not metric=number") from None
             if not sep or not name.strip():
                 raise InputError(f"{KEY_COUNTERS}: {part!r} is not metric=number")
+        named = [name for name, _ in pairs]
+        twice = sorted({name for name in named if named.count(name) > 1})
+        if twice:
+            raise InputError(f"{KEY_COUNTERS}: {', '.join(twice)} given twice")
         counters = tuple(sorted(pairs))
     samples = None
     samples_text = _meta_value(meta, KEY_COUNTER_SAMPLES)
@@ -212,8 +220,37 @@ def _job_fields(meta: Mapping[str, Any]) -> _JobFields:
                 f"{KEY_COUNTER_SAMPLES} must be a whole number >= 1, not {samples_text}"
             )
         samples = int(f)
-    return _JobFields(_meta_value(meta, KEY_JOB_TYPE), _meta_value(meta, KEY_FAMILY), share,
-                      counters, samples)
+    fields = _JobFields(_meta_value(meta, KEY_JOB_TYPE), _meta_value(meta, KEY_FAMILY), share,
+                        counters, samples)
+    if fields.job_type is not None:
+        _check_job(fields)
+    return fields
+
+
+def _check_job(fields: _JobFields) -> None:
+    """Raise :class:`InputError` unless ``fields`` make a placement job: what placement
+    refuses (a counter reading that is not finite or is negative, a metric no model reads, a
+    name with a control character) would otherwise pass ``filter`` and fail every ``bind``,
+    or, on a running pod, fail every call that builds its node's state."""
+    from interplace.model import METRIC_RESOURCE
+    from interplace.placement import Job
+
+    for metric, _ in fields.counters or ():
+        if metric not in METRIC_RESOURCE:
+            raise InputError(
+                f"{KEY_COUNTERS}: unknown counter {metric!r} (known: "
+                f"{', '.join(sorted(METRIC_RESOURCE))})"
+            )
+    share = {} if fields.comm_share is None else {"comm_share": fields.comm_share}
+    try:
+        Job("pod", str(fields.job_type), 1, fields.family, counters=fields.counters,
+            counter_samples=fields.counter_samples if fields.counters else None, **share)
+    except InputError as exc:
+        why = str(exc).removeprefix("job pod: ")
+        key = next((k for word, k in (("counter_samples", KEY_COUNTER_SAMPLES),
+                                      ("counter", KEY_COUNTERS), ("family", KEY_FAMILY))
+                    if why.startswith(word)), KEY_JOB_TYPE)
+        raise InputError(f"{key}: {why}") from None
 
 
 def parse_pod(pod: Any, *, strict: bool = True) -> PodRequest:
@@ -267,7 +304,9 @@ def parse_pod(pod: Any, *, strict: bool = True) -> PodRequest:
         counters=fields.counters,
         counter_samples=fields.counter_samples,
         node=spec.get("nodeName") or None,
-        assigned_gpus=tuple(g for g in str(assigned).split(",") if g) if assigned else (),
+        # Each GPU once ("0,0" holds GPU 0): the book counts a pod once per GPU it holds.
+        assigned_gpus=tuple(dict.fromkeys(g for g in str(assigned).split(",") if g))
+        if assigned else (),
         phase=str(status.get("phase") or "") if isinstance(status, Mapping) else "",
         problem=problem,
         created=_timestamp(meta.get("creationTimestamp")),
