@@ -83,6 +83,20 @@ def test_topo_plot_writes_a_png(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     assert list(tmp_path.iterdir()) == [out_png]
 
 
+def test_topo_plot_draws_names_as_written(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # "$...$" in a file's name (the drawing's title) or a NIC label is text, not math:
+    # matplotlib's ParseFatalException ("Unknown symbol: \\foo") was a traceback.
+    src = Path(__file__).parent / "fixtures" / "topology" / "nvsmi" / "workstation-2gpu.txt"
+    named = tmp_path / "a$\\foo$b.txt"
+    named.write_bytes(src.read_bytes())
+    out_png = tmp_path / "named.png"
+    code, _, err = run(capsys, "topo", str(named), "--plot", str(out_png))
+    assert code == 0, err
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 
@@ -70,3 +71,23 @@ def test_bad_builtin_specs(spec: str) -> None:
 def test_load_missing_file_is_a_clear_error(tmp_path: object) -> None:
     with pytest.raises(InputError, match="no such file"):
         load("/nonexistent/topo.xml")
+
+
+def test_load_reads_as_the_format_readers_do(tmp_path: Path) -> None:
+    fixtures = Path(__file__).resolve().parent.parent / "fixtures" / "topology"
+    # An XML file in UTF-16 (its byte-order mark says so) parses as read_nccl_xml parses it
+    # (load decoded it as UTF-8 with replacement: "unrecognised topology format").
+    xml = (fixtures / "ndv2-topo.xml").read_text()
+    utf16 = tmp_path / "ndv2-utf16.xml"
+    utf16.write_bytes(xml.encode("utf-16"))
+    assert len(load(utf16).gpus()) == 8
+    # nvidia-smi text that is not UTF-8 is refused as read_nvidia_smi refuses it (it was read
+    # with its bytes replaced by U+FFFD).
+    text = (fixtures / "nvsmi" / "workstation-2gpu.txt").read_bytes() + b"\nNIC0: mlx5_\xe9\n"
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes(text)
+    with pytest.raises(InputError, match=r"latin1\.txt: not UTF-8 text"):
+        load(latin1)
+    # The format is checked for a built-in's name too (it was ignored).
+    with pytest.raises(InputError, match="unknown topology format 'bogus'"):
+        load("p4d", format="bogus")

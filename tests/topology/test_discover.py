@@ -339,7 +339,11 @@ def _broken(path: tuple[Any, ...], value: Any) -> dict[str, Any]:
         ({}, "'devices' must be a list"),
         ({"devices": [3]}, r"devices\[0\] must be an object"),
         (_broken(("devices", 0, "busid"), None), r"devices\[0\].busid"),
-        (_broken(("devices", 0, "busid"), "gpu0"), "malformed PCI bus id 'gpu0'"),
+        # The message names the recording and the field (it named neither).
+        (_broken(("devices", 0, "busid"), "gpu0"),
+         r"malformed NVML recording: devices\[0\]\.busid: malformed PCI bus id 'gpu0'"),
+        (_broken(("devices", 0, "nvlinks", 1, "remote_busid"), "zz"),
+         r"devices\[0\]\.nvlinks\[1\]\.remote_busid: malformed PCI bus id 'zz'"),
         (_broken(("devices", 1, "name"), 7), r"devices\[1\].name"),
         (_broken(("devices", 1, "memory_bytes"), -1), "memory_bytes"),
         (_broken(("devices", 1, "memory_bytes"), True), "memory_bytes"),

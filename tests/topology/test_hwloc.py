@@ -187,3 +187,25 @@ def test_machine_without_numa_gets_numa0() -> None:
     assert t.gpu("0").numa == 0
     assert t.graph.nodes["numa:0"]["cpus"] == "0-7"
     assert t.graph.edges["gpu:0", "hb:0000:00"]["bandwidth"] == pytest.approx(15.753846)
+
+
+def test_io_of_a_package_whose_numa_nodes_sit_under_groups() -> None:
+    # Sub-NUMA clustering (NPS, SNC): each Package's NUMA nodes are under Group objects and
+    # its PCI tree hangs off the Package. The second socket's GPU was put on NUMA node 0 (the
+    # walk looked for a NUMANode among the Package's own children only, found none and kept
+    # the Machine's), and the two GPUs, one per socket, were "NODE" apart, not "SYS".
+    def package(k: int, bus: int) -> str:
+        groups = "".join(
+            f'<object type="Group" cpuset="0x1"><object type="NUMANode" os_index="{2 * k + i}"'
+            ' cpuset="0x1"/></object>' for i in (0, 1))
+        return (f'<object type="Package" os_index="{k}" cpuset="0x{15 << 4 * k:x}">{groups}'
+                f'<object type="Bridge" bridge_type="0-1" depth="0" bridge_pci='
+                f'"0000:[{bus:02x}-{bus + 1:02x}]"><object type="PCIDev" pci_busid='
+                f'"0000:{bus + 1:02x}:00.0" pci_type="0302 [10de:20b0] [10de:134f] a1 00"/>'
+                "</object></object>")
+
+    xml = ('<topology version="2.0"><object type="Machine" os_index="0" cpuset="0xff">'
+           + package(0, 0) + package(1, 0x80) + "</object></topology>")
+    t = from_hwloc_xml(xml)
+    assert [t.gpu(g).numa for g in t.gpus()] == [0, 2]
+    assert t.connection(*t.gpus()) == "SYS"

@@ -186,6 +186,21 @@ def test_billion_laughs_fails_fast() -> None:
     assert time.perf_counter() - start < 1.0
 
 
+GPU0 = "<system><cpu numaid='0'><pci busid='0000:01:00.0' class='0x030200'>"
+GPU1 = "<pci busid='0000:02:00.0' class='0x030200'>"
+
+
+def test_a_nic_without_bus_id_listed_under_each_cpu_is_one_nic() -> None:
+    # NCCL 2.27 dumps a NIC it found no PCI path for under every <cpu>: it became a NIC per
+    # socket, doubling the machine's network.
+    nic = "<nic><net name='eth0' dev='0' speed='10000'/></nic>"
+    xml = ("<system><cpu numaid='0'><pci busid='0000:01:00.0' class='0x030200'/>" + nic
+           + "</cpu><cpu numaid='1'><pci busid='0000:81:00.0' class='0x030200'/>" + nic
+           + "</cpu></system>")
+    t = from_nccl_xml(xml)
+    assert [t.graph.nodes[n]["label"] for n in t.nics()] == ["eth0"]
+
+
 def test_no_gpu() -> None:
     xml = '<system version="1"><cpu numaid="0" affinity="ff"/></system>'
     with pytest.raises(InputError, match="no GPU"):
@@ -205,6 +220,18 @@ def test_no_gpu() -> None:
         ("<system><cpu numaid='0'/><cpu numaid='0'/></system>", "numaid=0"),
         ("<system><cpu numaid='0'><pci busid='0000:01:00.0' class='0x030200' "
          "link_speed='fast' link_width='16'/></cpu></system>", "link speed"),
+        # Counts past any GPU's (an exported file was then refused by the nvidia-smi reader),
+        # a NIC speed that is not a number >= 0 (was taken as unknown), and two NICs at one
+        # bus id (the hwloc reader refuses them).
+        (GPU0 + "<gpu dev='0'><nvlink target='0000:02:00.0' count='99999999999' "
+         "tclass='0x030200'/></gpu></pci>" + GPU1 + "</pci></cpu></system>",
+         "NVLink gpu:0-gpu:1: 99999999999 links; a GPU has at most 64"),
+        (GPU0 + "</pci><nic><net name='ib0' speed='nan'/></nic></cpu></system>",
+         "<net name='ib0'> has a malformed speed 'nan'"),
+        (GPU0 + "</pci><nic><net name='ib0' speed='-5'/></nic></cpu></system>",
+         "malformed speed '-5'"),
+        (GPU0 + "</pci>" + 2 * "<pci busid='0000:05:00.0' class='0x020700'><nic><net "
+         "name='ib0'/></nic></pci>" + "</cpu></system>", "two NICs have busid 0000:05:00.0"),
     ],
 )
 def test_bad_documents(xml: str, message: str) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, cast
 
+from interplace._plot import plain_text
 from interplace.cli._common import (
     Subparsers,
     add_seed_steps_args,
@@ -262,6 +263,7 @@ def _demo_partners(table: pd.DataFrame, feasible: Sequence[bool]) -> str:
     return "\n".join(lines) + "\n"
 
 
+@plain_text
 def _demo_plot(
     measured: Sequence[float],
     mean: Sequence[float],

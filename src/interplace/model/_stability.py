@@ -97,6 +97,7 @@ import torch
 from tqdm.auto import tqdm
 
 from interplace._parallel import spawn_map
+from interplace._plot import plain_text
 from interplace.datasets.runs import CoLocationData
 from interplace.errors import (
     InputError,
@@ -320,6 +321,7 @@ class StabilityReport:
         """:meth:`to_dict` as indented JSON text (ends with a newline)."""
         return json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"
 
+    @plain_text
     def plot(self, directory: str | os.PathLike[str]) -> list[Path]:
         """Write ``stability_moves.png`` (each refit's median and largest ``|z|`` per
         perturbation) and ``stability_jobs.png`` (each job's move per perturbation, the

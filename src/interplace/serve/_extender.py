@@ -49,9 +49,10 @@ booked on more or fewer GPUs than it asks for (an ``interplace.io/gpus`` edited 
 
 A pod whose ``interplace.io/`` labels or annotations are malformed (or name what placement
 refuses: a counter reading that is not a finite number >= 0, a metric no model reads, a
-family with a control character) is refused by ``filter`` on every node (``FailedAndUnresolvableNodes``, with the reason, which kube-scheduler shows
-on the pod) rather than answered with an error status, which an ``ignorable`` extender's
-caller would skip; the book still counts its GPUs if it runs (bound by someone else).
+family with a control character) is refused by ``filter`` on every node
+(``FailedAndUnresolvableNodes``, with the reason, which kube-scheduler shows on the pod)
+rather than answered with an error status, which an ``ignorable`` extender's caller would
+skip; the book still counts its GPUs if it runs (bound by someone else), unseen by the model.
 """
 
 from __future__ import annotations

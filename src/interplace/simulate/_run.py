@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from interplace._parallel import spawn_map
+from interplace._plot import plain_text
 from interplace.errors import InputError, atomic_write, prepare_output_dir
 from interplace.simulate._policies import MODEL_FREE, SIM_POLICIES, make_scheduler
 from interplace.simulate._sim import GroundTruth, SimResult, ground_truth, simulate
@@ -137,6 +138,7 @@ def sweep(
     return spawn_map(_one, configs, workers or os.cpu_count() or 1)
 
 
+@plain_text
 def plot_results(results: dict[str, SimResult], directory: str | os.PathLike[str]) -> list[Path]:
     """``jct_cdf.png`` (JCT CDF per policy) and ``timeline.png`` (queue length and GPU
     utilisation over time per policy) into ``directory`` (created with its parents), written

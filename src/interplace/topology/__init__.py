@@ -95,6 +95,10 @@ def load(spec: str | os.PathLike[str], format: str = "auto") -> Topology:
     built-in. ``format``
     is ``"auto"`` (sniff the content) or one of ``"nvidia-smi"``, ``"nccl"``, ``"hwloc"``.
     """
+    if format not in ("auto", *FORMATS):
+        raise InputError(
+            f"unknown topology format {format!r} (formats: auto, {', '.join(FORMATS)})"
+        )
     path = _FsPath(spec)
     if not path.exists():
         name = str(spec)
@@ -107,26 +111,37 @@ def load(spec: str | os.PathLike[str], format: str = "auto") -> Topology:
 
             return replay_discovery(path)
         raise InputError(f"{path} is a directory, not a topology file or a --record directory")
-    text = read_input(path).decode("utf-8", errors="replace")
-    if format not in ("auto", *FORMATS):
-        raise InputError(
-            f"unknown topology format {format!r} (formats: auto, {', '.join(FORMATS)})"
-        )
+    data = read_input(path)
     try:
-        return _parse(text, detect_format(text) if format == "auto" else format, path.stem)
+        return _parse(data, detect_format(_sniffed(data)) if format == "auto" else format,
+                      path.stem)
     except InputError as exc:  # name the file: a node's topology may be one of many
         raise InputError(f"{path}: {exc}") from None
 
 
-def _parse(text: str, fmt: str, name: str) -> Topology:
+def _sniffed(data: bytes) -> str:
+    """``data`` as text to tell its format by (not to parse): UTF-16 where it starts with
+    that byte-order mark (an XML document may be), else UTF-8, what cannot be read replaced."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return data.decode("utf-16", errors="replace")
+    return data.decode("utf-8", errors="replace")
+
+
+def _parse(data: bytes, fmt: str, name: str) -> Topology:
+    """``data`` parsed as ``fmt``: text must be UTF-8; XML is given its bytes, whose encoding
+    its declaration or byte-order mark names (as the ``read_*`` functions read files)."""
     if fmt == "nvidia-smi":
         from interplace.topology.nvsmi import from_nvidia_smi
 
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
         return from_nvidia_smi(text, name=name)
     if fmt == "nccl":
         from interplace.topology.nccl import from_nccl_xml
 
-        return from_nccl_xml(text, name=name)
+        return from_nccl_xml(data, name=name)
     from interplace.topology.hwloc import from_hwloc_xml
 
-    return from_hwloc_xml(text, name=name)
+    return from_hwloc_xml(data, name=name)

@@ -710,6 +710,11 @@ class Topology:
         }
 
 
+#: NVLinks one GPU pair (or a GPU and the NVSwitch fabric) can bond: far above any GPU's own
+#: (an H100 or a B200 has 18 in all), so that a count past it is a malformed file.
+MAX_NVLINKS = 64
+
+
 @dataclass
 class TopologyBuilder:
     """Assembles one machine's graph vertex by vertex; importers and built-ins use it.
@@ -795,9 +800,14 @@ class TopologyBuilder:
         return self._add(f"{self.prefix}nvswitch:{key}", NodeKind.NVSWITCH, chips=chips, **attrs)
 
     def add_nvlink(self, a: str, b: str, links: int, link_bandwidth: float = 25.0) -> None:
-        """``links`` bonded NVLinks between two GPU vertices, or a GPU and the NVSwitch fabric."""
+        """``links`` bonded NVLinks between two GPU vertices, or a GPU and the NVSwitch fabric
+        (at most :data:`MAX_NVLINKS` on one such edge, added up where given twice)."""
         if links <= 0:
             raise InputError(f"NVLink {a}-{b}: link count must be positive, got {links}")
+        total = links + int(self.graph.edges[a, b].get("links", 0) if self.graph.has_edge(a, b)
+                            else 0)
+        if total > MAX_NVLINKS:
+            raise InputError(f"NVLink {a}-{b}: {total} links; a GPU has at most {MAX_NVLINKS}")
         if not {a, b} <= set(self.graph):
             raise InputError(f"NVLink {a}-{b}: both ends must already be in the topology")
         kinds = [self.graph.nodes[x]["kind"] for x in (a, b)]

@@ -326,8 +326,15 @@ class ReplayBackend:
             if rtype is not None and rtype not in _REMOTE_TYPES:
                 raise InputError(f"malformed {what}: {at}.remote_type must be one of "
                                  f"{', '.join(_REMOTE_TYPES)} or null, got {rtype!r}")
-            out.append(NvLink(link=idx, remote_busid=normalize_busid(remote), remote_type=rtype))
-        return normalize_busid(busid), name, mem, tuple(out)
+            out.append(NvLink(link=idx, remote_busid=self._busid(remote, f"{at}.remote_busid"),
+                              remote_type=rtype))
+        return self._busid(busid, f"{where}.busid"), name, mem, tuple(out)
+
+    def _busid(self, busid: str, where: str) -> str:
+        try:
+            return normalize_busid(busid)
+        except InputError as exc:
+            raise InputError(f"malformed {self.what}: {where}: {exc}") from None
 
     @classmethod
     def from_json(cls, text: str | bytes, what: str = "NVML recording") -> ReplayBackend:

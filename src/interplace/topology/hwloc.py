@@ -61,6 +61,7 @@ _CUDA = re.compile(r"^cuda(\d+)$")
 _KIB = re.compile(r"^\s*(\d+)\s*KiB\s*$")
 _MIN_LINK_GBPS = 1.5  # hwloc reports unknown or virtual links as 0 or ~1 GB/s
 _NVIDIA = 0x10DE
+_NOT_MEMORY_PARENTS = frozenset({"Bridge", "PCIDev", "OSDev", "Misc"})  # no NUMANode below
 
 
 @dataclass
@@ -163,7 +164,9 @@ class _Reader:
         self.default_numa = min(found)
 
     def first_numa(self, el: ET.Element) -> int | None:
-        """os_index of the first NUMANode among ``el``'s memory children."""
+        """os_index of the first NUMANode among ``el``'s memory children, else of its
+        descendants' (not through I/O objects): a Package whose NUMA nodes sit one level down,
+        under Group or Die objects (sub-NUMA clustering, NPS), is the first of them's."""
         for c in el.findall("object"):
             t = c.get("type")
             if t == "NUMANode":
@@ -172,6 +175,12 @@ class _Reader:
                 inner = self.first_numa(c)
                 if inner is not None:
                     return inner
+        for c in el.findall("object"):
+            if c.get("type") in _NOT_MEMORY_PARENTS:
+                continue
+            inner = self.first_numa(c)
+            if inner is not None:
+                return inner
         return None
 
     # ------------------------------------------------------------------ the walk

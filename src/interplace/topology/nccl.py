@@ -211,6 +211,8 @@ class _Reader:
                     mbps = float(raw)
                 except ValueError:
                     raise self.fail(f"<net name={label!r}> has a malformed speed {raw!r}") from None
+                if not mbps >= 0:  # negative or NaN (0: not known, as a link that is down)
+                    raise self.fail(f"<net name={label!r}> has a malformed speed {raw!r}")
                 if mbps > 0 and mbps != float("inf"):
                     speed = mbps / 8000.0
         self.nics.append(_PendingNic(busid=busid, parent=parent, label=label or busid,
@@ -231,9 +233,22 @@ class _Reader:
                 raise self.fail(f"two GPUs have busid {g.busid}")
             by_bus[g.busid] = self.b.add_gpu(str(gid), g.parent, busid=g.busid,
                                              bandwidth=g.bandwidth)
-        order = sorted(range(len(self.nics)), key=lambda k: bus_key(self.nics[k].busid))
+        seen_bus: set[str] = set()
+        named: set[str] = set()
+        nics = []
+        for nic in self.nics:
+            if nic.busid is not None:
+                if nic.busid in seen_bus:
+                    raise self.fail(f"two NICs have busid {nic.busid}")
+                seen_bus.add(nic.busid)
+            elif nic.label in named:
+                continue  # one NIC without a bus id listed under each <cpu> (NCCL 2.27's dumps)
+            else:
+                named.add(str(nic.label))
+            nics.append(nic)
+        order = sorted(range(len(nics)), key=lambda k: bus_key(nics[k].busid))
         for i, k in enumerate(order):
-            nic = self.nics[k]
+            nic = nics[k]
             self.b.add_nic(f"NIC{i}", nic.parent, label=nic.label, busid=nic.busid,
                            bandwidth=nic.bandwidth, speed=nic.speed)
         per_link = nvlink_link_gbps(model)

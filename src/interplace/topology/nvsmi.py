@@ -79,7 +79,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from interplace.errors import InputError, read_input
-from interplace.topology._graph import NodeKind, Topology, TopologyBuilder
+from interplace.topology._graph import MAX_NVLINKS, NodeKind, Topology, TopologyBuilder
 
 __all__ = ["from_nvidia_smi", "read_nvidia_smi", "to_nvidia_smi"]
 
@@ -87,7 +87,6 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]")
 _GPU_COLUMN = re.compile(r"GPU(\d+)")
 _NIC_COLUMN = re.compile(r"NIC\d+")
 _NV = re.compile(r"NV(\d+)")
-_MAX_NVLINKS = 64  # per GPU pair; an H100 has 18 links in all
 _NIC_LEGEND = re.compile(r"\s*(NIC\d+)\s*:\s*(\S+)\s*")
 _DECIMAL = re.compile(r"0|[1-9][0-9]*")
 
@@ -168,11 +167,11 @@ def _cell(raw: str, row: str, col: str, ln: int) -> str:
     if cls == "X" or cls in _LEVEL:
         return cls
     m = _NV.fullmatch(cls)
-    if m is not None and 0 < int(m.group(1)) <= _MAX_NVLINKS:
+    if m is not None and 0 < int(m.group(1)) <= MAX_NVLINKS:
         return f"NV{int(m.group(1))}"
     if m is not None:
         raise InputError(f"line {ln}: cell {row}/{col} is {raw!r}: a GPU pair bonds 1 to "
-                         f"{_MAX_NVLINKS} NVLinks")
+                         f"{MAX_NVLINKS} NVLinks")
     if cls == "NET":
         raise InputError(f"line {ln}: cell {row}/{col} is NET (GPUs on different machines); "
                          f"import each machine's nvidia-smi output on its own")

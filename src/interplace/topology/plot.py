@@ -11,6 +11,7 @@ import os
 from pathlib import Path as FsPath
 from typing import Any
 
+from interplace._plot import plain_text
 from interplace.errors import InputError, atomic_write
 from interplace.topology._graph import EdgeKind, NodeKind, Topology, natural_key
 
@@ -95,6 +96,7 @@ def _label(topo: Topology, n: str) -> str:
             NodeKind.NVSWITCH: "NVSwitch", NodeKind.NETWORK: "network"}.get(kind, n)
 
 
+@plain_text
 def plot_topology(topo: Topology, out: str | os.PathLike[str], title: str | None = None) -> None:
     """Write a layered drawing of ``topo`` to ``out`` (format from the suffix: png, svg, pdf)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
