@@ -434,3 +434,24 @@ def test_read_errors(tmp_path: Path) -> None:
     empty.write_text("")
     with pytest.raises(InputError, match=r"^empty"):
         read_nvidia_smi(empty)
+
+
+def test_a_fabric_with_a_link_down_is_still_a_fabric() -> None:
+    # GPU 7 of a DGX A100 with one of its 12 links down shows NV11 to every peer. One count
+    # differing made it a mesh of 28 direct bonds: 83 links at GPU 0 where it has 12, and
+    # three GPUs sharing nothing on NVLink.
+    lines = (FIXTURES / "dgx-a100.txt").read_text().splitlines()
+    for i, line in enumerate(lines[1:9], start=1):
+        cells = line.split("\t")
+        if cells[0] == "GPU7":
+            cells = [c.replace("NV12", "NV11") for c in cells]
+        else:
+            cells[8] = cells[8].replace("NV12", "NV11")
+        lines[i] = "\t".join(cells)
+    t = from_nvidia_smi("\n".join(lines) + "\n")
+    assert len(t.nodes_of_kind(NodeKind.NVSWITCH)) == 1
+    assert t.connection("0", "7") == "NV11" and t.connection("0", "1") == "NV12"
+    fabric = t.nodes_of_kind(NodeKind.NVSWITCH)[0]
+    assert t.graph.edges[t.gpu("7").node, fabric]["links"] == 11
+    assert t.graph.edges[t.gpu("0").node, fabric]["links"] == 12
+    assert "nvswitch" in {d.kind.value for d in t.domains(["0", "1", "2"])}

@@ -424,19 +424,45 @@ class Topology:
         return self._node(x)
 
     def nearest_nic(self, gpu_id: str) -> str | None:
-        """NIC vertex closest to a GPU over PCIe (ties broken by NIC order), None if none.
+        """NIC vertex closest to a GPU over PCIe, None if its machine has none.
 
-        Only the GPU's own machine's NICs are compared (memoised per GPU): :math:`O(k)` for
-        :math:`k` NICs per machine, whatever the cluster's size.
+        GPUs equally close to the same several NICs are spread over them in turn, in GPU
+        order (NIC order within the tie), as NCCL gives each of a DGX A100 switch's two GPUs
+        its own NIC: GPUs 0 and 1 get NICs 0 and 1, not both NIC 0. Only the GPU's own
+        machine's NICs are compared (memoised per machine): :math:`O(g k)` for :math:`g` GPUs
+        and :math:`k` NICs per machine, whatever the cluster's size.
+
+        >>> from interplace.topology import builtin
+        >>> t = builtin("dgx-a100")
+        >>> [t.nearest_nic(g) for g in ("0", "1", "2")]
+        ['nic:0', 'nic:1', 'nic:2']
         """
         n = self._node(gpu_id)
         if n not in self._nearest_nic:
-            mine = self._machine_nics.get(self._machine(n), [])
-            rank = {c: i for i, c in enumerate(CONNECTION_ORDER)}
-            self._nearest_nic[n] = min(
-                mine, key=lambda c: (rank[self._pcie_class(n, c)], natural_key(c)), default=None
-            )
+            self._nearest_nic.update(self._machine_nearest_nics(self._machine(n)))
         return self._nearest_nic[n]
+
+    def _machine_nearest_nics(self, machine: str) -> dict[str, str | None]:
+        """Each GPU vertex of ``machine`` -> its NIC (:meth:`nearest_nic`)."""
+        mine = self._machine_nics.get(machine, [])
+        rank = {c: i for i, c in enumerate(CONNECTION_ORDER)}
+        out: dict[str, str | None] = {}
+        tied_gpus: dict[tuple[str, ...], list[str]] = {}
+        for gid in self._gpu_ids:
+            v = self._node(gid)
+            if self._machine(v) != machine:
+                continue
+            if not mine:
+                out[v] = None
+                continue
+            cls = {c: rank[self._pcie_class(v, c)] for c in mine}
+            best = min(cls.values())
+            tie = tuple(sorted((c for c in mine if cls[c] == best), key=natural_key))
+            tied_gpus.setdefault(tie, []).append(v)
+        for tie, members in tied_gpus.items():
+            for k, v in enumerate(members):
+                out[v] = tie[k % len(tie)]
+        return out
 
     # ----------------------------------------------------------------- queries
     def connection(self, a: str, b: str) -> str:

@@ -46,7 +46,10 @@ produce (for instance ``NODE`` between A-B and B-C but ``SYS`` between A-C) is r
 NVLink: ``NV#`` between two GPUs becomes a direct NVLink edge with ``#`` bonded links, except
 that when *every* pair of the machine's GPUs (three or more) shows ``NV#`` with one and the
 same count, the GPUs are taken to meet on an NVSwitch fabric (DGX/HGX A100 and H100 boards):
-one ``nvswitch`` vertex with an ``#``-link edge to each GPU. A fully connected NVLink mesh
+one ``nvswitch`` vertex with an ``#``-link edge to each GPU. So are GPUs whose counts are a
+fabric's with some GPUs' links down: each pair's count the smaller of its two GPUs' (a DGX
+A100 whose GPU 7 shows ``NV11`` to every peer, the others ``NV12``, is a fabric with 11 links
+to GPU 7). A fully connected NVLink mesh
 without switches (a 4-GPU board with ``NV4`` everywhere, say) is indistinguishable from it and
 is modelled as a fabric too. Link bandwidth is the NVLink 2-4 figure of 25 GB/s per link,
 because the matrix names no GPU model; PCIe links get the default bandwidths of
@@ -402,13 +405,11 @@ def _build(mat: _Matrix, name: str, source: str) -> Topology:
     nv = {(a, c): int(cls[2:]) for (a, c), cls in mat.cells.items()
           if a < c and cls.startswith("NV")}
     pairs = list(itertools.combinations(gpus, 2))
-    counts = {nv.get((min(a, c), max(a, c))) for a, c in pairs}
-    if len(gpus) >= 3 and len(counts) == 1 and None not in counts:
+    fabric_links = _fabric_links(gpus, nv)
+    if fabric_links is not None:
         fabric = b.add_nvswitch()
-        links = counts.pop()
-        assert links is not None
         for g in gpus:
-            b.add_nvlink(gpu_vertex[g], fabric, links)
+            b.add_nvlink(gpu_vertex[g], fabric, fabric_links[g])
     else:
         for a, c in pairs:
             links = nv.get((min(a, c), max(a, c)))
@@ -422,6 +423,31 @@ def _build(mat: _Matrix, name: str, source: str) -> Topology:
             raise InputError(f"inconsistent matrix: {a}/{c} is {want} (line {mat.row_line[a]}) "
                              f"but the other cells imply {got}")
     return topo
+
+
+def _fabric_links(gpus: list[int], nv: dict[tuple[int, int], int]) -> dict[int, int] | None:
+    """Each GPU's links to an NVSwitch fabric, where the ``NV#`` cells are a fabric's (module
+    docstring): three or more GPUs, every pair joined, each pair's count the smaller of its
+    two GPUs' link counts (a GPU's count the largest of its row). One count everywhere is a
+    healthy fabric; a GPU with a link down shows its lower count to every peer.
+
+    >>> _fabric_links([0, 1, 2], {(0, 1): 12, (0, 2): 11, (1, 2): 11})
+    {0: 12, 1: 12, 2: 11}
+    >>> _fabric_links([0, 1, 2], {(0, 1): 2, (0, 2): 1, (1, 2): 2}) is None  # a mesh
+    True
+    """
+    if len(gpus) < 3:
+        return None
+    count = {}
+    for a, c in itertools.combinations(gpus, 2):
+        k = nv.get((min(a, c), max(a, c)))
+        if k is None:
+            return None
+        count[a, c] = k
+    links = {g: max(k for pair, k in count.items() if g in pair) for g in gpus}
+    if any(k != min(links[a], links[c]) for (a, c), k in count.items()):
+        return None
+    return links
 
 
 def from_nvidia_smi(text: str, name: str = "nvidia-smi") -> Topology:
