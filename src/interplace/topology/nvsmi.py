@@ -425,20 +425,20 @@ def _build(mat: _Matrix, name: str, source: str) -> Topology:
     return topo
 
 
-def _fabric_links(gpus: list[int], nv: dict[tuple[int, int], int]) -> dict[int, int] | None:
+def _fabric_links(gpus: list[str], nv: dict[tuple[str, str], int]) -> dict[str, int] | None:
     """Each GPU's links to an NVSwitch fabric, where the ``NV#`` cells are a fabric's (module
     docstring): three or more GPUs, every pair joined, each pair's count the smaller of its
     two GPUs' link counts (a GPU's count the largest of its row). One count everywhere is a
     healthy fabric; a GPU with a link down shows its lower count to every peer.
 
-    >>> _fabric_links([0, 1, 2], {(0, 1): 12, (0, 2): 11, (1, 2): 11})
-    {0: 12, 1: 12, 2: 11}
-    >>> _fabric_links([0, 1, 2], {(0, 1): 2, (0, 2): 1, (1, 2): 2}) is None  # a mesh
+    >>> _fabric_links(["0", "1", "2"], {("0", "1"): 12, ("0", "2"): 11, ("1", "2"): 11})
+    {'0': 12, '1': 12, '2': 11}
+    >>> _fabric_links(["0", "1", "2"], {("0", "1"): 2, ("0", "2"): 1, ("1", "2"): 2}) is None
     True
     """
     if len(gpus) < 3:
         return None
-    count = {}
+    count: dict[tuple[str, str], int] = {}
     for a, c in itertools.combinations(gpus, 2):
         k = nv.get((min(a, c), max(a, c)))
         if k is None:
