@@ -62,7 +62,7 @@ def test_cluster_spec() -> None:
     assert c.connection("n12:5", "n3:5") == "NET"
 
 
-@pytest.mark.parametrize("spec", ["nope", "p4d*0", "p4d*x", "p4d*99999"])
+@pytest.mark.parametrize("spec", ["nope", "p4d*0", "p4d*x", "p4d*99999", "p4d*\u0663"])
 def test_bad_builtin_specs(spec: str) -> None:
     with pytest.raises(InputError):
         builtin(spec)
@@ -88,6 +88,8 @@ def test_load_reads_as_the_format_readers_do(tmp_path: Path) -> None:
     latin1.write_bytes(text)
     with pytest.raises(InputError, match=r"latin1\.txt: not UTF-8 text"):
         load(latin1)
+    with pytest.raises(InputError, match="no topology given"):  # was ". is a directory"
+        load("")
     # The format is checked for a built-in's name too (it was ignored).
     with pytest.raises(InputError, match="unknown topology format 'bogus'"):
         load("p4d", format="bogus")

@@ -221,13 +221,17 @@ def rank_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
 def summary(topo: Topology) -> str:
-    machines = len(topo.machines())
-    return (
-        f"{topo.name}: {len(topo.gpus())} GPUs, {machines} machine{'s' * (machines > 1)}, "
-        f"{topo.numa_nodes} NUMA nodes, {topo.pcie_switches} PCIe switches, "
-        f"{len(topo.nics())} NICs\n"
-    )
+    parts = (_count(len(topo.gpus()), "GPU", "GPUs"),
+             _count(len(topo.machines()), "machine", "machines"),
+             _count(topo.numa_nodes, "NUMA node", "NUMA nodes"),
+             _count(topo.pcie_switches, "PCIe switch", "PCIe switches"),
+             _count(len(topo.nics()), "NIC", "NICs"))
+    return f"{topo.name}: {', '.join(parts)}\n"
 
 
 def describe_set(topo: Topology, gpus: list[str]) -> str:

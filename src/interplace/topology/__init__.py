@@ -99,6 +99,8 @@ def load(spec: str | os.PathLike[str], format: str = "auto") -> Topology:
         raise InputError(
             f"unknown topology format {format!r} (formats: auto, {', '.join(FORMATS)})"
         )
+    if not str(spec).strip():  # Path("") is the working directory
+        raise InputError("no topology given: the name or path is empty")
     path = _FsPath(spec)
     if not path.exists():
         name = str(spec)

@@ -107,10 +107,16 @@ def nvlink_link_gbps(gpu_model: str | None) -> float:
     20.0
     >>> nvlink_link_gbps("NVIDIA A100-SXM4-40GB"), nvlink_link_gbps("NVIDIA B200")
     (25.0, 50.0)
+    >>> nvlink_link_gbps("NVIDIA GeForce RTX 3090"), nvlink_link_gbps("NVIDIA A40")
+    (14.0625, 14.0625)
     """
     model = (gpu_model or "").upper()
     if "P100" in model:
         return 20.0
+    if re.search(r"RTX 3090|RTX A[56]000\b|\bA40\b", model):
+        # GA102 boards' NVLink bridge: 4 links, 112.5 GB/s both ways (nvidia-smi nvlink -s
+        # shows 14.062 GB/s a link)
+        return 14.0625
     if re.search(r"\bG?B(100|200|300)\b", model):
         return 50.0  # NVLink 5 (Blackwell): 18 links x 50 GB/s = 900 GB/s per direction
     return 25.0

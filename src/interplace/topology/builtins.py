@@ -153,7 +153,7 @@ BUILTINS: dict[str, Callable[[], Topology]] = {
     "pcie-8gpu": _pcie_8gpu,
 }
 
-_CLUSTER = re.compile(r"^(?P<name>[A-Za-z0-9_.-]+)\*(?P<n>\d+)$")
+_CLUSTER = re.compile(r"^(?P<name>[A-Za-z0-9_.-]+)\*(?P<n>[0-9]+)$")  # ASCII digits only
 
 
 def builtin_names() -> list[str]:
