@@ -479,3 +479,63 @@ def test_profile_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
                        "--device", "cpu", "--modes", "mps")
     assert code == 2 and err.startswith("interplace: error:")
     assert list(tmp_path.iterdir()) == []
+
+
+def _with_command(monkeypatch: pytest.MonkeyPatch, body: object) -> None:
+    """Make ``interplace topo`` run ``body(args)`` instead of its own handler."""
+    import interplace.cli.topo as topo_cli
+
+    real = topo_cli.register
+
+    def register(sub: object) -> None:
+        real(sub)  # type: ignore[arg-type]
+        sub.choices["topo"].set_defaults(func=body)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(topo_cli, "register", register)
+
+
+def test_sigterm_mid_write_leaves_no_temporary_file(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # SIGTERM (a scheduler's stop, a timeout's kill) ended the process where it was: the
+    # temporary file atomic_write was filling stayed behind (.out.csv.xxxx.tmp), as Ctrl-C's
+    # did not.
+    import os
+    import signal
+
+    from interplace.errors import atomic_write
+
+    def write_then_term(args: object) -> int:
+        with atomic_write(tmp_path / "out.csv") as fh:
+            fh.write("half")
+            os.kill(os.getpid(), signal.SIGTERM)
+            fh.write(" and the rest")  # pragma: no cover (the signal ends the write)
+        return 0
+
+    _with_command(monkeypatch, write_then_term)
+    code, _, err = run(capsys, "topo", "p4d")
+    assert code == 143 and err == "interplace: terminated\n"
+    assert list(tmp_path.iterdir()) == []
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored
+
+
+def test_out_of_memory_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # predict --samples-per-query 100000000 ended in torch's allocator RuntimeError, with
+    # its traceback.
+    def allocate(args: object) -> int:
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator: "
+                           "can't allocate memory: you tried to allocate 104000000000 bytes.")
+
+    _with_command(monkeypatch, allocate)
+    code, _, err = run(capsys, "topo", "p4d")
+    assert code == 2 and err.startswith("interplace: error: out of memory (")
+    assert err.count("\n") == 1
+
+    def other(args: object) -> int:
+        raise RuntimeError("a bug, not memory")
+
+    _with_command(monkeypatch, other)
+    with pytest.raises(RuntimeError, match="a bug"):  # other faults keep their traceback
+        run(capsys, "topo", "p4d")

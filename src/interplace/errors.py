@@ -9,6 +9,7 @@ raises :class:`InputError` with a one-line message naming the problem. The CLI t
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import numbers
@@ -23,12 +24,16 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
+    "DIGEST_KEY",
     "InputError",
     "atomic_write",
+    "check_digest",
     "check_input_file",
     "check_output_file",
+    "check_output_parent",
     "check_replaceable_dir",
     "check_seed",
+    "files_digest",
     "first_line",
     "is_int",
     "is_real",
@@ -144,6 +149,61 @@ def _umask() -> int:
     return mask
 
 
+def check_output_parent(parent: Path) -> None:
+    """Refuse a folder to write an output into that is missing or not a folder.
+
+    >>> import tempfile
+    >>> f = Path(tempfile.mkdtemp()) / "f"
+    >>> _ = f.write_text("a file")
+    >>> check_output_parent(f)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: output directory is not a directory: .../f
+    """
+    if not parent.exists():
+        raise InputError(f"output directory does not exist: {parent}")
+    if not parent.is_dir():
+        raise InputError(f"output directory is not a directory: {parent}")
+
+
+DIGEST_KEY = "sha256"
+"""The key of a saved directory's description that holds :func:`files_digest`."""
+
+
+def files_digest(meta: dict[str, Any], paths: Sequence[Path]) -> str:
+    """SHA-256 of a saved directory's description ``meta`` (less :data:`DIGEST_KEY`, as
+    JSON with sorted keys) and the bytes of its other files ``paths``, in that order.
+
+    Saves record it in the description, loads recompute it (:func:`check_digest`): a bit
+    flipped in a weight, a truncated number, an edited value all load as something else
+    otherwise, and predict wrong without a word.
+
+    >>> import tempfile
+    >>> w = Path(tempfile.mkdtemp()) / "w.bin"
+    >>> _ = w.write_bytes(b"weights")
+    >>> files_digest({"a": 1}, [w]) == files_digest({"a": 1, DIGEST_KEY: "x"}, [w])
+    True
+    """
+    h = hashlib.sha256()
+    rest = json.loads(json.dumps({k: v for k, v in meta.items() if k != DIGEST_KEY}))
+    h.update(json.dumps(rest, sort_keys=True).encode())
+    for path in paths:
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def check_digest(meta: dict[str, Any], paths: Sequence[Path], where: Path, what: str) -> None:
+    """Raise :class:`InputError` unless the :func:`files_digest` recorded in ``meta`` (read
+    from ``where``) matches the files; a description without one (saved before digests were
+    recorded) passes. ``what`` names the saved thing in the message."""
+    want = meta.get(DIGEST_KEY)
+    if want is None:
+        return
+    if want != files_digest(meta, paths):
+        raise InputError(f"{where.parent}: the {what}'s files do not match the {DIGEST_KEY} in "
+                         f"{where.name}: they were damaged or changed after it was saved")
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[str] | IO[bytes]]:
     """Open a temporary file beside ``path`` and rename it onto ``path`` only on success.
@@ -159,8 +219,7 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[s
     'hello'
     """
     target = Path(path)
-    if not target.parent.exists():
-        raise InputError(f"output directory does not exist: {target.parent}")
+    check_output_parent(target.parent)
     if target.is_dir():
         raise InputError(f"{target} is a directory, not a file")
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -252,10 +311,7 @@ def check_output_file(path: str | os.PathLike[str]) -> Path:
     """
     p = Path(path)
     parent = p.parent
-    if not parent.exists():
-        raise InputError(f"output directory does not exist: {parent}")
-    if not parent.is_dir():
-        raise InputError(f"output directory is not a directory: {parent}")
+    check_output_parent(parent)
     if p.is_dir():
         raise InputError(f"{p} is a directory, not a file")
     if not os.access(parent, os.W_OK | os.X_OK):

@@ -217,6 +217,10 @@ def test_profile_names_the_gpu_in_runs_as_in_samples_and_notes_unsupported(
     samples = pd.read_csv(out / "samples.csv", dtype={"device": str})
     assert runs["device"].tolist() == ["0"]
     assert set(samples["device"]) == {"0", "host"}
+    # --gpu means nothing with --device cpu (it was taken and ignored)
+    code, _, err = run(capsys, "profile", "--workloads", str(_toy_spec(tmp_path)), "--out",
+                       str(tmp_path / "cpu"), "--device", "cpu", "--gpu", "3")
+    assert code == 2 and "--gpu picks a GPU for --device cuda" in err
 
 
 # ---------------------------------------------------------------- ingest

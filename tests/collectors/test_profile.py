@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -79,6 +80,9 @@ def test_parse_workloads_builtins_and_files(tmp_path: Path) -> None:
     bad.write_text('[{"name": "x"}]')
     with pytest.raises(InputError, match="needs 'name' and 'command'"):
         parse_workloads(str(bad))
+    bad.write_text('[{"name": "q", "command": "python -c \'print(1)"}]')  # unclosed quote
+    with pytest.raises(InputError, match=r"workload 'q': 'command' .*No closing quotation"):
+        parse_workloads(str(bad))  # was shlex's ValueError, with a traceback
     bad.write_text("workloads: [gemm]")  # YAML is not a workload file format
     with pytest.raises(InputError, match=r"bad\.json: not valid JSON"):
         parse_workloads(str(bad))
@@ -175,6 +179,20 @@ def test_silent_workload_is_named(tmp_path: Path) -> None:
     no_unit = _py("mute", "import time; time.sleep(30)")
     with pytest.raises(InputError, match="'mute' never reported INTERPLACE_UNIT"):
         profile([no_unit], tmp_path / "o", device="cpu", startup_timeout_s=0.5)
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_malformed_progress_line_is_named_at_once(tmp_path: Path) -> None:
+    # It was skipped while waiting: the run waited out the workload (30 s here) and then said
+    # the workload "never reported progress", not which line it could not read.
+    garbled = _SILENT.replace('sys.stdin.readline()', 'sys.stdin.readline()\n'
+                              'print("INTERPLACE_PROGRESS abc 1", flush=True)')
+    start = time.monotonic()
+    with pytest.raises(InputError, match="'garbled': malformed progress line "
+                                         "'INTERPLACE_PROGRESS abc 1'"):
+        profile([_py("garbled", garbled)], tmp_path / "o", warmup_s=0.1, measure_s=0.2,
+                device="cpu", grace_s=60.0)
+    assert time.monotonic() - start < 30.0  # not the workload's 30 s, nor the grace's 60
     assert not (tmp_path / "o").exists()
 
 

@@ -79,6 +79,12 @@ def test_tampered_files_are_refused(tmp_path: Path, trained: object) -> None:
     with pytest.raises(InputError, match="not valid JSON"):
         load_policy(path)
     (path / "policy.json").write_text(meta)
+    # A weight's bit flipped: it loaded and placed with other weights, without a word.
+    raw = bytearray((path / "policy.safetensors").read_bytes())
+    raw[-3] ^= 0x40
+    (path / "policy.safetensors").write_bytes(bytes(raw))
+    with pytest.raises(InputError, match="the policy's files do not match the sha256"):
+        load_policy(path)
     (path / "policy.safetensors").write_bytes(b"garbage")
     with pytest.raises(InputError, match="not a readable safetensors file"):
         load_policy(path)

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -69,10 +71,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Terminated(BaseException):
+    """SIGTERM, raised where the command is (as Ctrl-C raises KeyboardInterrupt), so that
+    what it was writing is removed on the way out (:func:`~interplace.errors.atomic_write`)
+    instead of left as a temporary file. Not an ``Exception``: nothing catches it on the way."""
+
+
+def _terminated(signum: int, frame: object) -> NoReturn:
+    raise _Terminated
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` says an allocation failed (Python's MemoryError, torch's)."""
+    text = str(exc)
+    return isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and (
+        "can't allocate memory" in text or "out of memory" in text.lower()))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``interplace`` console command; returns the exit status."""
+    """Entry point of the ``interplace`` console command; returns the exit status
+    (2 for bad input or too little memory, 130 for Ctrl-C, 143 for SIGTERM)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    handles = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if handles else None
     try:
         return int(args.func(args))
     except (InputError, OSError) as exc:
@@ -83,6 +105,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             msg = f"{exc.strerror}: {exc.filename}"
         sys.stderr.write(f"interplace: error: {msg}\n")
         return 2
+    except (MemoryError, RuntimeError) as exc:
+        if args.debug or not _out_of_memory(exc):
+            raise
+        sys.stderr.write(f"interplace: error: out of memory ({first_line(exc)[:120]}): ask "
+                         "for fewer samples, or give a smaller input\n")
+        return 2
     except KeyboardInterrupt:
         sys.stderr.write("interplace: interrupted\n")
         return 130
+    except _Terminated:
+        sys.stderr.write("interplace: terminated\n")
+        return 128 + signal.SIGTERM
+    finally:
+        if handles:
+            signal.signal(signal.SIGTERM, previous)

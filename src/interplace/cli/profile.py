@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from interplace.cli._common import Subparsers, int_at_least, write_unsupported_notes
+from interplace.errors import InputError
 
 __all__ = ["register"]
 
@@ -15,6 +16,8 @@ def _run(args: argparse.Namespace) -> int:
     from interplace.collectors.profile import parse_workloads, profile
 
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    if args.device == "cpu" and args.gpu is not None:
+        raise InputError("--gpu picks a GPU for --device cuda; with --device cpu there is none")
     workloads = parse_workloads(args.workloads)
     result = profile(
         workloads,
@@ -23,7 +26,7 @@ def _run(args: argparse.Namespace) -> int:
         warmup_s=args.warmup,
         measure_s=args.measure,
         device=args.device,
-        gpu=args.gpu,
+        gpu=0 if args.gpu is None else args.gpu,
         pairs=not args.no_pairs,
         progress=sys.stderr.isatty(),
     )
@@ -77,7 +80,7 @@ def register(sub: Subparsers) -> None:
     prof.add_argument(
         "--gpu",
         type=int_at_least(0),
-        default=0,
+        default=None,
         metavar="N",
         help="with --device cuda: the GPU to profile on, by its nvidia-smi / NVML index; "
         "runs.csv names it as its device (default: 0)",

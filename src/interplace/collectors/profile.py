@@ -138,7 +138,11 @@ def _from_file(path: Path) -> list[WorkloadSpec]:
             raise InputError(f"{path}: workload {i} needs 'name' and 'command'")
         cmd = item["command"]
         if isinstance(cmd, str):
-            cmd = shlex.split(cmd)
+            try:
+                cmd = shlex.split(cmd)
+            except ValueError as exc:  # an unclosed quote
+                raise InputError(f"{path}: workload {item['name']!r}: 'command' {cmd!r}: "
+                                 f"{exc}") from None
         if not isinstance(cmd, list):
             raise InputError(f"{path}: workload {item['name']!r}: 'command' must be a string "
                              "or a list of strings")
@@ -294,6 +298,7 @@ class _Proc:
         self.errpath = errdir / f"{index}-{spec.name}.stderr"
         self._err: IO[bytes] = open(self.errpath, "wb")  # noqa: SIM115
         self.lines: list[str] = []
+        self.malformed = False  # a protocol line parse_progress refuses: stop waiting for it
         self.unit_seen = threading.Event()
         self.last_t = -math.inf
         try:
@@ -315,9 +320,15 @@ class _Proc:
             parts = line.split()
             if parts and parts[0] == UNIT_TAG:
                 self.unit_seen.set()
-            elif len(parts) == 3 and parts[0] == PROGRESS_TAG:
-                with contextlib.suppress(ValueError):
-                    self.last_t = float(parts[1])
+            elif parts and parts[0] == PROGRESS_TAG:
+                try:
+                    t, u = (float(x) for x in parts[1:]) if len(parts) == 3 else (None, None)
+                except ValueError:
+                    t = u = None
+                if t is None or not (math.isfinite(t) and math.isfinite(u or 0.0)):
+                    self.malformed = True
+                else:
+                    self.last_t = t
 
     def go(self) -> None:
         assert self.proc.stdin is not None
@@ -428,6 +439,8 @@ def _run_group(specs: Sequence[WorkloadSpec], *, run_id: str, device: str, env: 
             if not pending:
                 break
             for p in pending:
+                if p.malformed:  # parse_progress names the line
+                    parse_progress(list(p.lines), p.spec.name)
                 if p.proc.poll() is not None:
                     p._reader.join(timeout=1.0)
                     if p.last_t < t1:

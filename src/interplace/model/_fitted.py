@@ -17,7 +17,17 @@ import pandas as pd
 import torch
 
 from interplace.datasets.runs import CoLocationData
-from interplace.errors import InputError, check_replaceable_dir, check_seed, is_int, is_real
+from interplace.errors import (
+    DIGEST_KEY,
+    InputError,
+    check_digest,
+    check_output_parent,
+    check_replaceable_dir,
+    check_seed,
+    files_digest,
+    is_int,
+    is_real,
+)
 from interplace.model._cells import MeasuredPairs, seeded_gamma, spread_draws
 from interplace.model._data import METRIC_RESOURCE, counters_from_samples, family_index
 from interplace.model._net import (
@@ -66,7 +76,10 @@ full only where a co-runner shares the job's GPU, and alone (or next to co-runne
 GPUs) only its part above 0 (:func:`~interplace.model._net.reference_level`). Older models
 load and answer that way too (a job alone at its record where its co-located level is below
 it, where they answered :math:`e^{\beta_j}`); an older interplace refuses version 9, whose
-jobs alone it would predict low."""
+jobs alone it would predict low. Since version 9, ``model.json`` also records the SHA-256 of
+itself and the weights (:func:`~interplace.errors.files_digest`, key ``sha256``), which
+:meth:`InterferenceModel.load` checks; a file without it (saved earlier) loads unchecked, and
+an interplace that does not know the key ignores it, so the version stays 9."""
 
 _READS = (2, 3, 4, 5, 6, 7, 8, 9)
 
@@ -687,16 +700,17 @@ class InterferenceModel:
         """Write ``model.json`` and ``posterior.safetensors`` into ``directory`` (created).
 
         The directory is built beside the target and renamed into place, so a failure leaves
-        no half-written model. An existing model directory (or an empty one) is replaced; a
-        directory holding anything else, any other existing path, and the current directory
-        are refused (:func:`~interplace.errors.check_replaceable_dir`).
+        no half-written model; ``model.json`` records the digest of both files
+        (:func:`~interplace.errors.files_digest`), which :meth:`load` checks. An existing
+        model directory (or an empty one) is replaced; a directory holding anything else,
+        any other existing path, and the current directory are refused
+        (:func:`~interplace.errors.check_replaceable_dir`).
         """
         from safetensors.torch import save_file
 
         target = check_replaceable_dir(directory, MODEL_FILES, "an interplace model")
         parent = target.parent
-        if not parent.is_dir():
-            raise InputError(f"output directory does not exist: {parent}")
+        check_output_parent(parent)
         meta = {
             "format": _FORMAT_NAME,
             "format_version": FORMAT_VERSION,
@@ -727,6 +741,7 @@ class InterferenceModel:
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=parent))
         try:
             save_file(tensors, str(tmp / _WEIGHTS), metadata={"format": _FORMAT_NAME})
+            meta[DIGEST_KEY] = files_digest(meta, [tmp / _WEIGHTS])
             (tmp / _META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
             for f in (_WEIGHTS, _META):  # safetensors writes 0600: a server user reads it
                 os.chmod(tmp / f, 0o644)
@@ -749,7 +764,8 @@ class InterferenceModel:
         """Read a model directory written by :meth:`save`; never unpickles anything.
 
         A missing, foreign, tampered or newer-format directory raises :class:`InputError`
-        naming the problem.
+        naming the problem; so do files that do not match the digest ``model.json`` records
+        (a damaged weight, an edited number), checked after everything else.
         """
         from safetensors import SafetensorError
         from safetensors.torch import load_file
@@ -819,7 +835,7 @@ class InterferenceModel:
             if not is_int(components):
                 raise InputError(f"{meta_path}: components must be an integer, not {components!r}")
             try:
-                return cls(
+                model = cls(
                     jobs=jobs,
                     resources=resources,
                     metrics=metrics,
@@ -839,6 +855,10 @@ class InterferenceModel:
             raise InputError(f"{d}: model lacks {exc.args[0]!r}") from None
         except (TypeError, ValueError, AttributeError) as exc:
             raise InputError(f"{d}: malformed model ({exc})") from None
+        # Last, so that what is malformed is named as such; what is well formed but not as
+        # saved (a flipped bit in a weight, an edited number) is caught here.
+        check_digest(meta, [weights], meta_path, "model")
+        return model
 
 
 def _load_measured(

@@ -60,7 +60,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from interplace.errors import InputError, check_replaceable_dir, is_int
+from interplace.errors import (
+    DIGEST_KEY,
+    InputError,
+    check_digest,
+    check_output_parent,
+    check_replaceable_dir,
+    files_digest,
+    is_int,
+)
 from interplace.placement._problem import RISK_QUANTILE, Problem, SpeedCache, State
 from interplace.placement._sources import SpeedSource
 from interplace.placement._types import Job
@@ -426,8 +434,7 @@ def save_policy(policy: RLPolicy, directory: str | os.PathLike[str]) -> Path:
     from safetensors.torch import save_file
 
     target = check_replaceable_dir(directory, POLICY_FILES, "an RL policy")
-    if not target.parent.is_dir():
-        raise InputError(f"output directory does not exist: {target.parent}")
+    check_output_parent(target.parent)
     meta = {
         "format": _FORMAT,
         "format_version": _VERSION,
@@ -440,6 +447,7 @@ def save_policy(policy: RLPolicy, directory: str | os.PathLike[str]) -> Path:
     try:
         tensors = {k: v.detach().contiguous() for k, v in policy.net.state_dict().items()}
         save_file(tensors, str(tmp / _WEIGHTS), metadata={"format": _FORMAT})
+        meta[DIGEST_KEY] = files_digest(meta, [tmp / _WEIGHTS])
         (tmp / _META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         for f in (_WEIGHTS, _META):
             os.chmod(tmp / f, 0o644)
@@ -499,6 +507,7 @@ def load_policy(directory: str | os.PathLike[str]) -> RLPolicy:
         raise InputError(f"{weights}: weights do not fit the policy ({str(exc)[:120]})") from None
     if not all(bool(torch.isfinite(v).all()) for v in tensors.values()):
         raise InputError(f"{weights}: weights hold non-finite values")
+    check_digest(meta, [weights], meta_path, "policy")
     net.eval()
     info = meta.get("info")
     return RLPolicy(net, hidden, dict(info) if isinstance(info, dict) else {}, type_tuple)
