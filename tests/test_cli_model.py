@@ -388,6 +388,9 @@ def test_fit_refuses_bad_outputs_and_topologies_before_fitting(
             "not allowed with argument",
         ),
         (["evaluate", "--runs", "r.csv", "--seed", "-1"], "argument --seed"),
+        # past the seed range: refused as the option (was named as a problem of the input file)
+        (["fit", "--runs", "r.csv", "--out", "m", "--seed", str(2**63)],
+         "argument --seed: must be an integer in [0, 2**63)"),
     ],
 )
 def test_bad_numbers_are_usage_errors_with_exit_2(
@@ -554,11 +557,12 @@ def test_fit_takes_restarts_and_temper(
 ) -> None:
     out, loaded = _fit_with(
         capsys, fitted, tmp_path / "model", "--restarts", "2", "--temper", "1.5",
-        "--steps", STEPS, "--quiet",
+        "--lr", "0.02", "--steps", STEPS, "--quiet",
     )
     assert "over 2 restarts" in out
     assert loaded.components == 2
-    assert (loaded.info["restarts"], loaded.info["temper"]) == (2, 1.5)
+    # --lr: a diverging fit's message said "lower --lr", an option the CLI did not have
+    assert (loaded.info["restarts"], loaded.info["temper"], loaded.info["lr"]) == (2, 1.5, 0.02)
 
 
 def _shallow_chains(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -115,6 +115,7 @@ def test_validate_runs_accepts_missing_modes_and_self_pairs() -> None:
         (_samples(run_id=["a", "zz"]), "bad: samples row 1 has run_id 'zz', not a run"),
         (_samples(t_s=[0.0, math.nan]), "bad: samples row 1 has t_s nan, not a finite number"),
         (_samples(t_s=["0", 1.0]), "bad: samples row 0 has t_s '0', not a number"),
+        (_samples(t_s=["0", "soon"]), "bad: samples row 1 has t_s 'soon', not a number"),
         (_samples(value=[1.0, "high"]), "bad: samples row 1 has value 'high', not a number"),
         (_samples(metric=["gpu_util_pct", None]), "bad: samples row 1 has no metric"),
         (
@@ -321,6 +322,10 @@ def test_read_errors_are_input_errors(tmp_path: Path) -> None:
         read_runs(tmp_path / "runs.txt")
     (tmp_path / "runs.csv").write_text("run_id,job,throughput\na,x,fast\n")
     with pytest.raises(InputError, match="runs row 0 has throughput 'fast', not a number"):
+        read_runs(tmp_path / "runs.csv")
+    # The text cell is named, not the first row (whose number the text column holds as text).
+    (tmp_path / "runs.csv").write_text("run_id,job,throughput\na,x,7.5\nb,x,2\nc,y,fast\n")
+    with pytest.raises(InputError, match="runs row 2 has throughput 'fast', not a number"):
         read_runs(tmp_path / "runs.csv")
     (tmp_path / "bad.parquet").write_bytes(b"not parquet at all")
     with pytest.raises(InputError, match="cannot read runs table"):

@@ -53,6 +53,13 @@ def _edit_tensors(directory: Path, change: Callable[[dict[str, torch.Tensor]], o
     _edit_meta(directory, lambda m: None)
 
 
+def test_a_file_given_as_the_model_is_named_so(tmp_path: Path) -> None:
+    runs = tmp_path / "runs.csv"
+    runs.write_text("run_id,job,throughput\n")
+    with pytest.raises(InputError, match=r"runs\.csv is a file, not a model directory"):
+        InterferenceModel.load(runs)  # was "no such model directory"
+
+
 def test_damaged_or_edited_files_are_refused_by_their_digest(saved: Path) -> None:
     # A few bits flipped in a weight, or a number edited, loaded and predicted wrong with no
     # word (a model of the CLI audit: A3C next to CycleGAN at 0.12 instead of 0.65).

@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from interplace.errors import SEED_LIMIT
+
 if TYPE_CHECKING:
     from interplace.datasets.runs import CoLocationData
     from interplace.topology import Topology
@@ -32,6 +34,19 @@ def int_at_least(low: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def seed_arg(text: str) -> int:
+    """An argparse type: a seed, an integer in ``[0, 2**63)`` (:func:`~interplace.errors.
+    check_seed`'s range, so that a seed past it is refused as the option's, not later as a
+    problem of some input file)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be an integer in [0, 2**63), not {text!r}")
+    return value
 
 
 def open_fraction(text: str) -> float:
@@ -94,7 +109,7 @@ def add_model_data_args(p: argparse.ArgumentParser) -> None:
 
 def add_seed_steps_args(p: argparse.ArgumentParser, seed_help: str) -> None:
     """``--seed`` and ``--steps`` of a fit, shared by fit, evaluate and demo."""
-    p.add_argument("--seed", type=int_at_least(0), default=0, help=f"{seed_help} (default: 0)")
+    p.add_argument("--seed", type=seed_arg, default=0, help=f"{seed_help} (default: 0)")
     p.add_argument(
         "--steps",
         type=int_at_least(1),
@@ -127,8 +142,8 @@ def add_fit_args(p: argparse.ArgumentParser) -> None:
 
 def add_rank_arg(p: argparse.ArgumentParser) -> None:
     """``--rank`` (the largest rank of the model's low-rank pair term), ``--structure-only``
-    (no measured-pair stage), ``--no-cold-scale``, ``--no-lift-ceilings``, ``--restarts`` and
-    ``--temper`` (the inference), for fit and evaluate."""
+    (no measured-pair stage), ``--no-cold-scale``, ``--no-lift-ceilings``, ``--restarts``,
+    ``--temper`` and ``--lr`` (the inference), for fit and evaluate."""
     p.add_argument(
         "--rank",
         type=int_at_least(0),
@@ -169,6 +184,13 @@ def add_rank_arg(p: argparse.ArgumentParser) -> None:
         metavar="LAMBDA",
         help="raise the likelihoods to this power in the fit (default: interplace.model.fit's)",
     )
+    p.add_argument(
+        "--lr",
+        type=positive_number,
+        metavar="RATE",
+        help="the SVI fit's learning rate (Adam's; default: interplace.model.fit's, 0.03): "
+        "lower it where a fit diverges",
+    )
 
 
 def add_workers_arg(p: argparse.ArgumentParser) -> None:
@@ -206,11 +228,12 @@ def fit_steps(info: Mapping[str, Any]) -> str:
 
 
 def rank_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """``rank``, ``restarts`` and ``temper`` where given, ``measured=False`` for
+    """``rank``, ``restarts``, ``temper`` and ``lr`` where given, ``measured=False`` for
     ``--structure-only``, ``cold_scale=False`` for ``--no-cold-scale`` and
     ``lift_ceilings=False`` for ``--no-lift-ceilings`` (otherwise the library's defaults)."""
     out: dict[str, Any] = {
-        k: getattr(args, k) for k in ("rank", "restarts", "temper") if getattr(args, k) is not None
+        k: getattr(args, k) for k in ("rank", "restarts", "temper", "lr")
+        if getattr(args, k) is not None
     }
     if args.structure_only:
         out["measured"] = False

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from interplace.cli._common import Subparsers, int_at_least
+from interplace.cli._common import Subparsers, int_at_least, seed_arg
 from interplace.errors import InputError
 
 if TYPE_CHECKING:
@@ -218,7 +218,7 @@ def register(sub: Subparsers) -> None:
         "--objective", default="sum", metavar="NAME",
         help="sum (default), max-min or risk-averse",
     )
-    p.add_argument("--seed", type=int_at_least(0), default=0, help="random seed (default: 0)")
+    p.add_argument("--seed", type=seed_arg, default=0, help="random seed (default: 0)")
     p.add_argument("--out", required=True, metavar="OUT", help="placement: .csv or .parquet")
     p.add_argument("--pending-out", metavar="F", help="also write pending jobs here")
     p.set_defaults(func=_run)

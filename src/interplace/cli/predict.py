@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, cast
 
-from interplace.cli._common import Subparsers, int_at_least
+from interplace.cli._common import Subparsers, int_at_least, seed_arg
 from interplace.errors import InputError, atomic_write, check_output_file, read_table
 
 if TYPE_CHECKING:
@@ -58,7 +58,6 @@ def _run(args: argparse.Namespace) -> int:
 
 def register(sub: Subparsers) -> None:
     """Add the ``predict`` command to the ``interplace`` parser."""
-    seed_type = int_at_least(0)
     pred = sub.add_parser(
         "predict",
         help="predict co-located speeds with a fitted model",
@@ -82,5 +81,5 @@ def register(sub: Subparsers) -> None:
         metavar="N",
         help="posterior draws per query (default: 500)",
     )
-    pred.add_argument("--seed", type=seed_type, default=0, help="random seed (default: 0)")
+    pred.add_argument("--seed", type=seed_arg, default=0, help="random seed (default: 0)")
     pred.set_defaults(func=_run)

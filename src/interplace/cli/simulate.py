@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from interplace.cli._common import Subparsers, int_at_least, positive_number
+from interplace.cli._common import Subparsers, int_at_least, positive_number, seed_arg
 from interplace.errors import InputError, prepare_output_dir
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ def register(sub: Subparsers) -> None:
                    help="jobs from the trace (default: 400)")
     p.add_argument("--load", type=positive_number, default=1.0, metavar="X",
                    help="arrival-rate multiplier (default: 1)")
-    p.add_argument("--seed", type=int_at_least(0), default=0,
+    p.add_argument("--seed", type=seed_arg, default=0,
                    help="seed: job types, model split and fit, policies (default: 0)")
     p.add_argument("--seeds", type=int_at_least(1), metavar="K",
                    help="run seeds SEED..SEED+K-1 and report medians (in parallel)")

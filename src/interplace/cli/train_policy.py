@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from interplace.cli._common import Subparsers, int_at_least
+from interplace.cli._common import Subparsers, int_at_least, seed_arg
 from interplace.errors import InputError, check_replaceable_dir
 
 __all__ = ["register"]
@@ -75,6 +75,6 @@ def register(sub: Subparsers) -> None:
                    help="sum (default), max-min or risk-averse")
     p.add_argument("--max-per-gpu", type=int_at_least(1), default=2, metavar="K",
                    help="jobs per GPU at most (default: 2)")
-    p.add_argument("--seed", type=int_at_least(0), default=0, help="random seed (default: 0)")
+    p.add_argument("--seed", type=seed_arg, default=0, help="random seed (default: 0)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_run)

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from interplace.cli._common import Subparsers, int_at_least
+from interplace.cli._common import Subparsers, int_at_least, seed_arg
 from interplace.errors import InputError, check_output_file
 
 __all__ = ["register", "run_trial"]
@@ -234,7 +234,7 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--budget", required=True, type=int_at_least(1), metavar="N",
                    help="total trials, finished ones in --out included")
     p.add_argument("--maximize", action="store_true", help="maximise (default: minimise)")
-    p.add_argument("--seed", type=int_at_least(0), default=0, metavar="S",
+    p.add_argument("--seed", type=seed_arg, default=0, metavar="S",
                    help="seed of the initial design and of every step (default: 0)")
     p.add_argument("--init", type=int_at_least(1), default=None, metavar="N",
                    help="initial Sobol design size (default: max(5, 2 x parameters))")

@@ -128,7 +128,13 @@ def _as_float(df: pd.DataFrame, column: str, what: str, kind: str) -> np.ndarray
     out = np.empty(len(values), dtype=float)
     for pos, value in enumerate(values):
         if isinstance(value, bool | str | bytes):
-            raise InputError(f"{what}: {kind} row {pos} has {column} {value!r}, not a number")
+            # One text cell in a file makes the whole column text: name that cell, not the
+            # first row (whose number reads as text too).
+            bad = next((q for q, v in enumerate(values) if isinstance(v, str | bytes)
+                        and not _reads_as_number(v)), pos)
+            raise InputError(
+                f"{what}: {kind} row {bad} has {column} {values[bad]!r}, not a number"
+            )
         try:
             out[pos] = float(value)
         except (TypeError, ValueError):
@@ -136,6 +142,14 @@ def _as_float(df: pd.DataFrame, column: str, what: str, kind: str) -> np.ndarray
                 f"{what}: {kind} row {pos} has {column} {value!r}, not a number"
             ) from None
     return out
+
+
+def _reads_as_number(text: str | bytes) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _is_missing(value: object) -> bool:

@@ -753,7 +753,7 @@ class _Schedule:
         if not math.isfinite(loss):
             raise InputError(
                 f"{self.name}: the fit diverged (ELBO loss {loss}) at step {step}; "
-                "check the data for extreme values or lower --lr"
+                "check the data for extreme values, or lower the learning rate (--lr, fit(lr=...))"
             )
         self.losses.append(loss)
         bar.update(1)
@@ -1135,6 +1135,7 @@ def fit(
         "final_loss": float(np.mean(final_losses)),
         "restarts": restarts,
         "temper": temper,
+        "lr": lr,
         "fit_seconds": seconds,
         "observations": len(obs),
         "counter_groups": len(counters),

@@ -771,6 +771,8 @@ class InterferenceModel:
         from safetensors.torch import load_file
 
         d = Path(directory)
+        if d.exists() and not d.is_dir():
+            raise InputError(f"{d} is a file, not a model directory (fit writes a directory)")
         if not d.is_dir():
             raise InputError(f"no such model directory: {d}")
         meta_path = d / _META

@@ -471,6 +471,8 @@ def load_policy(directory: str | os.PathLike[str]) -> RLPolicy:
 
     d = Path(directory)
     meta_path, weights = d / _META, d / _WEIGHTS
+    if d.exists() and not d.is_dir():
+        raise InputError(f"{d} is a file, not a policy directory (train-policy writes one)")
     if not d.is_dir():
         raise InputError(f"no such policy directory: {d}")
     if not meta_path.is_file() or not weights.is_file():
