@@ -145,3 +145,29 @@ def test_a_directory_where_a_file_goes_is_named_as_such(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["out.csv"]  # no temporary left
     with pytest.raises(InputError, match=r"out\.csv is a directory, not a file"):
         check_input_file(d)
+
+
+def test_replacing_a_directory_keeps_the_old_one_when_the_rename_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A model saved over an existing one: the old was moved aside, the new failed to move in,
+    # and the path held nothing (the old model stranded in a hidden .model.old.* folder).
+    from interplace.errors import replace_dir
+
+    target, built = tmp_path / "model", tmp_path / ".model.new"
+    target.mkdir()
+    (target / "f").write_text("old")
+    built.mkdir()
+    (built / "f").write_text("new")
+    real = Path.rename
+
+    def rename(self: Path, dest: str | os.PathLike[str]) -> Path:
+        if self == built:
+            raise OSError(28, "No space left on device")
+        return real(self, dest)
+
+    monkeypatch.setattr(Path, "rename", rename)
+    with pytest.raises(OSError, match="No space left"):
+        replace_dir(built, target)
+    assert (target / "f").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".model.new", "model"]

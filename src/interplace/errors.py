@@ -14,6 +14,7 @@ import json
 import math
 import numbers
 import os
+import shutil
 import tempfile
 import warnings
 from collections.abc import Collection, Iterator, Sequence
@@ -42,6 +43,7 @@ __all__ = [
     "read_input",
     "read_json",
     "read_table",
+    "replace_dir",
 ]
 
 
@@ -202,6 +204,33 @@ def check_digest(meta: dict[str, Any], paths: Sequence[Path], where: Path, what:
     if want != files_digest(meta, paths):
         raise InputError(f"{where.parent}: the {what}'s files do not match the {DIGEST_KEY} in "
                          f"{where.name}: they were damaged or changed after it was saved")
+
+
+def replace_dir(built: Path, target: Path) -> None:
+    """Rename the directory ``built`` onto ``target`` (beside it), replacing what is there:
+    the old directory is moved aside first and put back if the rename fails, so ``target``
+    always holds a whole directory, the old or the new.
+
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> (root / "new").mkdir(); (root / "dst").mkdir()
+    >>> _ = (root / "new" / "f").write_text("new")
+    >>> replace_dir(root / "new", root / "dst")
+    >>> (root / "dst" / "f").read_text(), sorted(p.name for p in root.iterdir())
+    ('new', ['dst'])
+    """
+    if not target.exists():
+        built.rename(target)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
+    old.rmdir()
+    target.rename(old)
+    try:
+        built.rename(target)
+    except BaseException:
+        old.rename(target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 @contextlib.contextmanager

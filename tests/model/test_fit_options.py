@@ -276,6 +276,10 @@ def test_the_flat_guide_steps_as_one_tensor_per_parameter(
         ({"hyper": {"demand_loc": 0.0}}, "hyper must be a Hyper, not dict"),
         ({"topology": "pcie-8gpu"}, "topology must be a Topology"),
         ({"full_scale": {"gpu_util_pct": "x"}}, "full_scale of 'gpu_util_pct' must be"),
+        # (1, 2) came back from a save as ("1", "2"); a string was refused letter by letter
+        ({"resources": (1, 2)}, "resource names must be non-empty text, not 1"),
+        ({"resources": "gpu_compute"}, "resources must be a sequence of resource names"),
+        ({"resources": None}, "resources must be a sequence of resource names"),
     ],
 )
 def test_bad_fit_options_are_one_line_errors(option: dict[str, object], message: str) -> None:
@@ -283,6 +287,26 @@ def test_bad_fit_options_are_one_line_errors(option: dict[str, object], message:
     with pytest.raises(InputError, match=message):
         fit(synthetic(3, seed=0, samples_per_run=2), steps=5, min_steps=5, restarts=1,
             **option)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        # A prior's scale of 0 made the fit "diverge" (the data blamed), a negative one ended
+        # in torch's "normal expects all elements of std >= 0.0".
+        ({"threshold_scale": 0.0}, "hyper-parameter threshold_scale must be > 0, not 0.0"),
+        ({"pair_scale_scale": -1.0}, "hyper-parameter pair_scale_scale must be > 0"),
+        ({"measure_noise": 0.0}, "hyper-parameter measure_noise must be > 0"),
+        ({"speed_df": "4"}, "hyper-parameter speed_df must be a finite number, not '4'"),
+        ({"demand_loc": math.inf}, "hyper-parameter demand_loc must be a finite number"),
+    ],
+)
+def test_bad_hyper_parameters_are_input_errors(values: dict[str, object], message: str) -> None:
+    from interplace.model import Hyper
+
+    with pytest.raises(InputError, match=message):
+        Hyper(**values)  # type: ignore[arg-type]
+    assert Hyper(demand_loc=-5.0, sens_slope_loc=0.0).demand_loc == -5.0  # locations: any
 
 
 def test_a_torch_device_is_a_device() -> None:

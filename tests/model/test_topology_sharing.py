@@ -19,7 +19,15 @@ import pytest
 
 from interplace.datasets import CoLocationData, synthetic
 from interplace.errors import InputError
-from interplace.model import InterferenceModel, Query, fit, holdout_split, shared_resources
+from interplace.model import (
+    InterferenceModel,
+    Query,
+    fit,
+    holdout_split,
+    row_queries,
+    score,
+    shared_resources,
+)
 from interplace.topology import Topology, load
 
 
@@ -101,6 +109,30 @@ def test_cross_gpu_predictions_need_the_right_shares(case: Case) -> None:
     # gap seen, so a fit that recovers demands a little worse still passes).
     assert mae_right < 0.06, (mae_right, mae_same)
     assert mae_right + 0.15 < mae_same, (mae_right, mae_same)
+
+
+def test_held_out_cross_gpu_rows_are_scored_with_their_shares(case: Case) -> None:
+    # score() (so evaluate() and stability()) queried every held-out row as one GPU's, with
+    # the topology given or not: its MAE on cross-GPU data was the wrong assumption's.
+    _, test = holdout_split(case.data, holdout_frac=0.5, seed=0)
+    assert {"device", "co_devices"} <= set(test.columns)
+    queries = row_queries(test, case.model.jobs, topology=case.topo,
+                          resources=case.model.resources)
+    cross = {(r, j) for r, j in zip(case.held["run_id"], case.held["job"], strict=True)}
+    for (rid, job, dev, co_devs), q in zip(
+        test[["run_id", "job", "device", "co_devices"]].itertuples(index=False), queries,
+        strict=True,
+    ):
+        if (rid, job) in cross:
+            want = tuple(r for r in case.model.resources
+                         if r in shared_resources(case.topo, dev, co_devs[0]))
+            assert q.shares == (want,)
+        else:
+            assert q.shares is None and dev == co_devs[0]
+    with pytest.raises(InputError, match="pass the topology so its query knows what they share"):
+        score(case.model, test)
+    post = case.model.posterior_speed(queries, seed=0)
+    assert score(case.model, test, topology=case.topo) == score(case.model, test, posterior=post)
 
 
 def test_sharing_nothing_is_running_alone(case: Case) -> None:

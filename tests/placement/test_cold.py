@@ -60,6 +60,9 @@ def test_cold_start_refusals(small_model: InterferenceModel, toy: MeasuredSpeeds
                                   Job("c", "new", counters={"gpu_util_pct": 60.0})])
     with pytest.raises(InputError, match="already in the model"):
         with_cold_jobs(small_model, {small_model.jobs[0]: {"gpu_util_pct": 1.0}})
+    # readings as a list was "'list' object has no attribute 'items'"
+    with pytest.raises(InputError, match="'new': readings must map metric names to numbers"):
+        with_cold_jobs(small_model, {"new": [50.0]})  # type: ignore[dict-item]
     with pytest.raises(InputError, match="no cold-start path"):
         place(topo, toy, [Job("b", "new", counters={"gpu_util_pct": 50.0})])
     with pytest.raises(InputError, match="must be a finite number"):

@@ -344,7 +344,8 @@ def select_mode(data: CoLocationData, mode: str | None) -> CoLocationData:
     return subset_runs(data, keep, f"{data.name} ({mode})")
 
 
-def _device_of(runs: pd.DataFrame) -> list[str]:
+def device_of(runs: pd.DataFrame) -> list[str]:
+    """Each row's ``device`` as text (empty where the table has none, or the cell is empty)."""
     if "device" not in runs.columns:
         return [""] * len(runs)
     out = []
@@ -380,7 +381,7 @@ def observations_from_runs(
     unknown = sorted({j for j in job_col if j not in index})
     if unknown:
         raise InputError(f"{data.name}: job {unknown[0]!r} is not one of the model's jobs")
-    device = _device_of(runs)
+    device = device_of(runs)
     throughput = runs["throughput"].to_numpy(dtype=float)
     groups: dict[str, list[int]] = {}
     for pos, rid in enumerate(runs["run_id"].astype(str).tolist()):
@@ -512,7 +513,7 @@ def counters_from_samples(
         scales[m] = float(given)
 
     runs = data.runs
-    run_dev = _device_of(runs)
+    run_dev = device_of(runs)
     members_of: dict[tuple[str, str], list[int]] = {}
     for rid, job, d in zip(
         runs["run_id"].astype(str).tolist(), runs["job"].astype(str).tolist(), run_dev, strict=True

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -12,9 +13,10 @@ import pandas as pd
 
 from interplace.datasets.runs import CoLocationData
 from interplace.errors import InputError, check_seed, is_int, is_real
-from interplace.model._data import FamilySpec, select_mode, subset_runs
+from interplace.model._data import FamilySpec, device_of, select_mode, subset_runs
 from interplace.model._fit import fit
 from interplace.model._fitted import InterferenceModel, Query, SpeedPosterior
+from interplace.model._topo import shared_resources
 from interplace.topology import Topology
 
 __all__ = [
@@ -38,7 +40,10 @@ def colocated_rows(data: CoLocationData) -> pd.DataFrame:
     Columns: ``run_id``, ``job``, ``co_runner`` (the other instances' jobs joined by ``+``,
     sorted), ``speed`` (throughput over the job's isolated throughput) and ``co_runners``
     (the same jobs as a tuple: a job's own name may hold a ``+``, so the joined text is for
-    reading, the tuple for computing; :func:`co_runner_lists`).
+    reading, the tuple for computing; :func:`co_runner_lists`). Where the runs table has a
+    ``device`` column, also ``device`` (the row's; ``""`` where missing) and ``co_devices``
+    (the co-runners', in ``co_runners``' order), from which :func:`row_queries` tells what
+    each co-runner shares with the job.
 
     >>> runs = pd.DataFrame({"run_id": ["a", "b", "p", "p"], "job": ["x", "y", "x", "y"],
     ...                      "throughput": [10.0, 4.0, 5.0, 3.0]})
@@ -50,6 +55,8 @@ def colocated_rows(data: CoLocationData) -> pd.DataFrame:
     rid = runs["run_id"].astype(str).tolist()
     job = runs["job"].astype(str).tolist()
     tput = runs["throughput"].to_numpy(dtype=float)
+    placed = "device" in runs.columns
+    device = device_of(runs)
     members: dict[str, list[int]] = {}
     for pos, r in enumerate(rid):
         members.setdefault(r, []).append(pos)
@@ -58,9 +65,12 @@ def colocated_rows(data: CoLocationData) -> pd.DataFrame:
         rows = members[r]
         if len(rows) < 2:
             continue
-        co = tuple(sorted(job[q] for q in rows if q != pos))
-        out.append((r, job[pos], "+".join(co), tput[pos] / float(iso[job[pos]]), co))
-    return pd.DataFrame(out, columns=["run_id", "job", "co_runner", "speed", "co_runners"])
+        others = sorted((job[q], device[q]) for q in rows if q != pos)
+        co = tuple(j for j, _ in others)
+        row: tuple[Any, ...] = (r, job[pos], "+".join(co), tput[pos] / float(iso[job[pos]]), co)
+        out.append((*row, device[pos], tuple(d for _, d in others)) if placed else row)
+    columns = ["run_id", "job", "co_runner", "speed", "co_runners"]
+    return pd.DataFrame(out, columns=[*columns, "device", "co_devices"] if placed else columns)
 
 
 def co_runner_lists(
@@ -108,7 +118,7 @@ def holdout_split(
     runs = _colocated_runs(data)
     if len(runs) < 2:
         raise InputError(f"{data.name}: needs at least two co-located runs to hold some out")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     n_out = min(max(1, round(holdout_frac * len(runs))), len(runs) - 1)
     out = set(rng.permutation(runs)[:n_out].tolist())
     keep = set(data.runs["run_id"].astype(str)) - out
@@ -134,7 +144,7 @@ def cold_split(
             f"{data.name}: {cold_jobs} cold jobs asked for, but only {len(candidates)} jobs run "
             "co-located; some must stay warm"
         )
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     cold = sorted(rng.permutation(candidates)[:cold_jobs].tolist())
     cold_set = set(cold)
     runs_with = {
@@ -265,12 +275,47 @@ def family_lookup(
     return np.asarray(out, dtype=float)
 
 
-def row_queries(rows: pd.DataFrame, known: Collection[str] | None = None) -> list[Query]:
+def row_queries(
+    rows: pd.DataFrame,
+    known: Collection[str] | None = None,
+    *,
+    topology: Topology | None = None,
+    resources: Sequence[str] | None = None,
+) -> list[Query]:
     """One :class:`Query` per row of :func:`colocated_rows` (co-runners as
-    :func:`co_runner_lists` reads them)."""
-    return [
-        Query(j, c) for j, c in zip(rows["job"], co_runner_lists(rows, known), strict=True)
-    ]
+    :func:`co_runner_lists` reads them).
+
+    A row whose co-runners ran on other devices (``device``, ``co_devices``) is queried with
+    what each shares with the job, as :func:`~interplace.model.fit` reads the run: a
+    co-runner on the job's device shares every one of ``resources`` (the model's), one on
+    another device what :func:`~interplace.model.shared_resources` of ``topology`` lists
+    (without a topology such a row is an :class:`InputError`, as in the fit). Rows all on one
+    device are queried without ``shares`` (everything shared).
+    """
+    lists = co_runner_lists(rows, known)
+    if "co_devices" not in rows.columns:
+        return [Query(j, c) for j, c in zip(rows["job"], lists, strict=True)]
+    table: dict[tuple[str, str], tuple[str, ...]] = {}
+    out = []
+    for j, c, dev, co_devs in zip(rows["job"], lists, rows["device"], rows["co_devices"],
+                                  strict=True):
+        if all(d == dev for d in co_devs):
+            out.append(Query(j, c))
+            continue
+        if topology is None or resources is None:
+            raise InputError(f"a held-out run places {j!r} on device {dev!r} and a co-runner "
+                             "on another: pass the topology so its query knows what they share")
+        shares = []
+        for d in co_devs:
+            if d == dev:
+                shares.append(tuple(resources))
+                continue
+            if (dev, d) not in table:
+                shared = set(shared_resources(topology, dev, d))
+                table[dev, d] = tuple(r for r in resources if r in shared)
+            shares.append(table[dev, d])
+        out.append(Query(j, c, shares=tuple(shares)))
+    return out
 
 
 def best_baseline(base: dict[str, dict[str, Any]], mae: float) -> tuple[str, float | None]:
@@ -292,15 +337,17 @@ def score(
     *,
     seed: int = 0,
     posterior: SpeedPosterior | None = None,
+    topology: Topology | None = None,
 ) -> dict[str, Any]:
     """MAE, 90% interval coverage and mean interval width of ``model`` on ``test`` rows.
 
     ``posterior`` (of :func:`row_queries` of ``test``) is used when given instead of drawing
-    a new one.
+    a new one; ``topology`` tells what co-runners on other devices share (:func:`row_queries`).
     """
     post = posterior
     if post is None:
-        post = model.posterior_speed(row_queries(test, model.jobs), seed=seed)
+        queries = row_queries(test, model.jobs, topology=topology, resources=model.resources)
+        post = model.posterior_speed(queries, seed=seed)
     if post.speed.shape[1] != len(test):
         raise InputError(f"posterior has {post.speed.shape[1]} queries for {len(test)} rows")
     y = test["speed"].to_numpy(dtype=float)
@@ -348,6 +395,9 @@ def evaluate(
     if taken:
         raise InputError(f"fit_kwargs may not set {', '.join(sorted(taken))}: evaluate's own "
                          "arguments of that name do")
+    unknown = sorted(set(fit_kwargs or {}) - set(inspect.signature(fit).parameters))
+    if unknown:  # refused before the split and the fit, not as fit's TypeError
+        raise InputError(f"fit_kwargs: fit takes no argument {unknown[0]!r}")
     data = select_mode(data, mode)
     if cold_jobs is not None:
         train, test, cold = cold_split(data, cold_jobs=cold_jobs, seed=seed)
@@ -369,7 +419,7 @@ def evaluate(
         **(fit_kwargs or {}),
     )
     fit_s = time.perf_counter() - start
-    result = score(model, test, seed=seed)
+    result = score(model, test, seed=seed, topology=topology)
     result.update({"fit_seconds": fit_s, "steps": model.info["steps"]})
     base = baselines(train, test)
     best, ratio = best_baseline(base, result["mae"])

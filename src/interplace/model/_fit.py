@@ -995,7 +995,12 @@ def fit(
     above, one split each) at 12-17 times its time, and the chains disagree (R-hat of the
     speed noise 1.6-4.1): ``docs/benchmarks.md``, "NUTS as a fit option, opt-in".
 
-    ``topology`` is needed only when a run places its jobs on different devices (its
+    ``resources`` names the model's resource dimensions (default
+    :data:`~interplace.model.DEFAULT_RESOURCES`); a name outside them is a resource of the
+    user's own, which no counter measures (:data:`~interplace.model.METRIC_RESOURCE`) and no
+    topology shares across GPUs: its demands are learned from co-located speeds alone (and a
+    misspelt default name drops that resource's counters: ``model.metrics`` lists the ones
+    read). ``topology`` is needed only when a run places its jobs on different devices (its
     :meth:`~interplace.topology.Topology.domains` decide which resources they share). ``device``
     is ``cpu`` or ``cuda``; the returned model always lives on the CPU. ``progress`` shows a
     tqdm bar on stderr.
@@ -1024,13 +1029,20 @@ def fit(
     if topology is not None and not isinstance(topology, Topology):
         raise InputError(f"topology must be a Topology (interplace.topology.load gives one), "
                          f"not {type(topology).__name__}")
+    if full_scale is not None and not isinstance(full_scale, Mapping):
+        raise InputError(f"full_scale must map metric names to numbers, not {full_scale!r}")
     for metric, scale in (full_scale or {}).items():
         if not (is_real(scale) and scale > 0):
             raise InputError(f"full_scale of {metric!r} must be a finite number > 0, "
                              f"not {scale!r}")
+    if isinstance(resources, str) or not isinstance(resources, Sequence):
+        raise InputError(f"resources must be a sequence of resource names, not {resources!r}")
     resources = tuple(resources)
     if not resources or len(set(resources)) != len(resources):
         raise InputError(f"resources must be distinct and at least one, not {resources!r}")
+    bad = [r for r in resources if not isinstance(r, str) or not r.strip() or r != r.strip()]
+    if bad:  # a name is saved as text and named in Query.shares: 1 came back as "1"
+        raise InputError(f"resource names must be non-empty text, not {bad[0]!r}")
     if not is_int(rank, 0):
         raise InputError(f"rank must be an integer >= 0, not {rank!r}")
     if not isinstance(measured, bool):

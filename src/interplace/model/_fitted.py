@@ -27,6 +27,8 @@ from interplace.errors import (
     files_digest,
     is_int,
     is_real,
+    plain_number,
+    replace_dir,
 )
 from interplace.model._cells import MeasuredPairs, seeded_gamma, spread_draws
 from interplace.model._data import METRIC_RESOURCE, counters_from_samples, family_index
@@ -101,7 +103,8 @@ class Query:
     ``shares`` says, per co-runner, which resources it shares with ``job``; ``None`` (the
     default) means every co-runner is on the same GPU and shares them all. Build it from a
     topology with :func:`interplace.model.shared_resources`. An empty ``co_runners`` is the job
-    alone (speed 1).
+    alone: about 1, above it where the job's co-located speeds say its recorded isolated
+    throughput was low (:math:`e^{\\max(\\beta_j, 0)}`, :mod:`interplace.model`).
 
     >>> Query("a", ("b", "c")).co_runners
     ('b', 'c')
@@ -125,6 +128,9 @@ class Query:
         for c in self.co_runners:
             if not isinstance(c, str) or not c:
                 raise InputError(f"co-runner names must be non-empty strings, not {c!r}")
+        if self.shares is not None and not isinstance(self.shares, tuple):
+            raise InputError(f"shares must be a tuple (one per co-runner) of tuples of resource "
+                             f"names, not {self.shares!r}")
         if self.shares is not None and len(self.shares) != len(self.co_runners):
             raise InputError(
                 f"shares has {len(self.shares)} entries for {len(self.co_runners)} co-runners"
@@ -165,8 +171,10 @@ class SpeedPosterior:
 
     def quantile(self, q: float) -> _FloatArray:
         """The ``q`` quantile of a new measured speed, shape ``(Q,)``."""
-        if not (is_real(q) and 0 <= q <= 1):
-            raise InputError(f"quantile must be in [0, 1], not {q!r}")
+        level = plain_number(q)  # a numpy float32 is a number too
+        if not (is_real(level) and 0 <= level <= 1):
+            raise InputError(f"quantile must be in [0, 1], not {level!r}")
+        q = level
         if self.measured.shape[-1] == 0:  # no queries (torch refuses an empty quantile)
             return np.zeros(0)
         return torch.quantile(self.measured, float(q), dim=0).numpy()
@@ -447,6 +455,8 @@ class InterferenceModel:
         >>> p.speed.shape, round(float(p.mean[1]), 1)  # alone: 1 up to the reference's error
         (torch.Size([500, 2]), 1.0)
         """
+        if isinstance(queries, Query) or not isinstance(queries, Iterable):
+            raise InputError(f"queries must be a list of Query, not {type(queries).__name__}")
         qs = list(queries)
         if batch_size is not None and not is_int(batch_size, 1):  # refused before any drawing
             raise InputError(f"batch_size must be a positive integer, not {batch_size!r}")
@@ -541,6 +551,8 @@ class InterferenceModel:
         for name, value in (("co_runners", co_runners), ("shares", shares)):
             if isinstance(value, str):  # tuple("job1") would be its letters
                 raise InputError(f"{name} must be a sequence of names, not the string {value!r}")
+        if not isinstance(co_runners, Iterable):
+            raise InputError(f"co_runners must be a sequence of names, not {co_runners!r}")
         if shares is not None and any(isinstance(s, str) for s in shares):
             raise InputError("each shares entry must be a sequence of resource names, not a "
                              "string")
@@ -576,6 +588,8 @@ class InterferenceModel:
         ...
         interplace.errors.InputError: pairs row 0: unknown job 'job7' (the model was fitted on 3 jobs: job0, job1, job2; a new job needs an isolated run, with counters, in the fit data)
         """  # noqa: E501
+        if not isinstance(pairs, pd.DataFrame):
+            raise InputError(f"pairs must be a pandas DataFrame, not {type(pairs).__name__}")
         missing = [c for c in ("job", "co_runner") if c not in pairs.columns]
         if missing:
             raise InputError(
@@ -587,7 +601,8 @@ class InterferenceModel:
             zip(pairs["job"].tolist(), pairs["co_runner"].tolist(), strict=True)
         ):
             for column, value in (("job", job), ("co_runner", co)):
-                absent = value is None or (isinstance(value, float) and math.isnan(value))
+                absent = value is None or value is pd.NA or (
+                    isinstance(value, float) and math.isnan(value))
                 if not isinstance(value, str) and not absent:
                     raise InputError(f"pairs row {pos}: {column} {value!r} is not a job name "
                                      "(text)")
@@ -746,14 +761,7 @@ class InterferenceModel:
             for f in (_WEIGHTS, _META):  # safetensors writes 0600: a server user reads it
                 os.chmod(tmp / f, 0o644)
             os.chmod(tmp, 0o755)
-            if target.exists():
-                old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=parent))
-                old.rmdir()
-                target.rename(old)
-                tmp.rename(target)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                tmp.rename(target)
+            replace_dir(tmp, target)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -820,7 +828,12 @@ class InterferenceModel:
                     tensors[f"{name}.loc"].to(torch.float64),
                     tensors[f"{name}.scale"].to(torch.float64),
                 )
-            measured = _load_measured(meta.get("measured"), tensors, version, meta_path)
+            try:
+                measured = _load_measured(meta.get("measured"), tensors, version, meta_path)
+            except InputError as exc:  # MeasuredPairs' own checks name no file: say which
+                if str(exc).startswith(str(meta_path)):
+                    raise
+                raise InputError(f"{d}: {exc}") from None
             extra = sorted(
                 set(tensors)
                 - {f"{n}.{p}" for n in names for p in ("loc", "scale")}

@@ -16,7 +16,7 @@ import pyro.distributions as dist
 import torch
 from pyro.nn import PyroModule
 
-from interplace.errors import is_int
+from interplace.errors import InputError, is_int, is_real
 
 __all__ = [
     "FAMILY_SITES",
@@ -140,12 +140,12 @@ class Hyper:
 
     def __post_init__(self) -> None:
         for name, value in self.__dict__.items():
-            if not math.isfinite(value):
-                raise ValueError(f"hyper-parameter {name} must be finite, not {value!r}")
-        if self.measure_noise <= 0:
-            raise ValueError(f"measure_noise must be > 0, not {self.measure_noise!r}")
-        if self.speed_df <= 0:
-            raise ValueError(f"speed_df must be > 0, not {self.speed_df!r}")
+            if not is_real(value):
+                raise InputError(f"hyper-parameter {name} must be a finite number, not {value!r}")
+            # a prior's scale (every *_scale), the measurement noise and the Student-t degrees
+            # of freedom are positive (0 made the fit "diverge", a negative one torch's error)
+            if (name.endswith("_scale") or name in ("measure_noise", "speed_df")) and value <= 0:
+                raise InputError(f"hyper-parameter {name} must be > 0, not {value!r}")
 
 
 def family_sd_loc(hyper: Hyper, n_res: int) -> list[float]:

@@ -100,6 +100,7 @@ from interplace._parallel import spawn_map
 from interplace._plot import plain_text
 from interplace.datasets.runs import CoLocationData
 from interplace.errors import (
+    SEED_LIMIT,
     InputError,
     atomic_write,
     check_seed,
@@ -616,7 +617,9 @@ def _map_queries(queries: Iterable[Query], mapping: Mapping[str, str] | None) ->
 
 
 def _unique_queries(rows: pd.DataFrame) -> pd.DataFrame:
-    return rows.drop_duplicates(["job", "co_runners"]).reset_index(drop=True)
+    """``rows`` less repeats of a query: the same jobs (on the same devices, where placed)."""
+    placed = ["device", "co_devices"] if "co_devices" in rows.columns else []
+    return rows.drop_duplicates(["job", "co_runners", *placed]).reset_index(drop=True)
 
 
 def _covered(post: SpeedPosterior, test: pd.DataFrame) -> np.ndarray[Any, Any]:
@@ -699,8 +702,9 @@ def stability(
     when there are no samples), each refitted ``n`` times; replicate ``k`` of perturbation
     ``p`` draws from ``np.random.default_rng([seed, i_p, k])`` with ``i_p`` its position in
     :data:`PERTURBATIONS`, so choosing fewer perturbations changes none of the others. Every
-    fit uses ``seed`` (``seed + 1 + k`` for the ``seed`` perturbation), at most ``steps``
-    steps (``min_steps = min(600, steps)``), ``family`` and ``topology`` as :func:`fit` does;
+    fit uses ``seed`` (``seed + 1 + k``, modulo :math:`2^{63}`, for the ``seed`` perturbation),
+    at most ``steps`` steps (``min_steps = min(600, steps)``), ``family`` and ``topology`` as
+    :func:`fit` does;
     ``mode`` selects one sharing mode first. ``fraction`` is the share dropped or duplicated;
     ``holdout_frac`` the share of co-located runs held out (seeded by ``seed``) to measure
     coverage (None: fit on all, no coverage); ``threshold`` the flag level in posterior sds;
@@ -745,8 +749,9 @@ def stability(
     for p in chosen:
         for k in range(n):
             if p == "seed":
-                plan.append((p, k, f"fit seed {seed + 1 + k}", None))
-                tasks.append(task(train, seed + 1 + k))
+                other = (seed + 1 + k) % SEED_LIMIT  # a seed, however close to the limit
+                plan.append((p, k, f"fit seed {other}", None))
+                tasks.append(task(train, other))
                 continue
             rng = np.random.default_rng([seed, PERTURBATIONS.index(p), k])
             d, mapping, detail = _perturb(p, train, rng, fraction, noise)
@@ -763,7 +768,8 @@ def stability(
     measured = _unique_queries(colocated_rows(train))
     held = _unique_queries(test)
     qrows = _unique_queries(pd.concat([measured, held], ignore_index=True))
-    queries = row_queries(qrows)
+    # what co-runners on other devices share (row_queries)
+    queries = row_queries(qrows, topology=topology, resources=reference.resources)
     # A job in no measured or held-out co-location gets its pairs with every job, so that
     # every job's move is measured on predictions.
     present = {n for q in queries for n in (q.job, *q.co_runners)}
@@ -777,7 +783,7 @@ def stability(
     ref_mean, ref_sd = ref_pred.mean, np.maximum(ref_pred.sd, 1e-12)
     ref_lat = _latents(reference, num_samples)
     lat_mean, lat_sd = ref_lat.mean(0).numpy(), ref_lat.std(0).clamp_min(1e-12).numpy()
-    test_queries = row_queries(test)
+    test_queries = row_queries(test, topology=topology, resources=reference.resources)
     ref_cover = None
     ref_covered = np.zeros(0, dtype=bool)
     if len(test):
@@ -826,7 +832,8 @@ def stability(
             cov = [r.coverage_90 for r in replicates if r.perturbation == p]
             coverage_kept[p] = float(np.median([c for c in cov if c is not None])) >= floor
 
-    job_reports = _judge_jobs(reference, train, replicates, chosen, threshold, noise, num_samples)
+    job_reports = _judge_jobs(reference, train, replicates, chosen, threshold, noise, num_samples,
+                              topology)
     ref_info = {
         "jobs": list(jobs),
         "queries": len(queries),
@@ -862,6 +869,7 @@ def _judge_jobs(
     threshold: float,
     noise: float,
     num_samples: int,
+    topology: Topology | None = None,
 ) -> tuple[JobStability, ...]:
     """Flag, annotate and give a next measurement for every job (module docstring)."""
     jobs = reference.jobs
@@ -874,7 +882,8 @@ def _judge_jobs(
     # measurement, on the log scale: (log y - mean) / sd of log measured.
     resid: dict[str, float] = {}
     if len(rows):
-        post = reference.posterior_speed(row_queries(rows), num_samples=num_samples, seed=0)
+        queries = row_queries(rows, topology=topology, resources=reference.resources)
+        post = reference.posterior_speed(queries, num_samples=num_samples, seed=0)
         log_m = post.measured.log()
         r = (np.log(rows["speed"].to_numpy(float)) - log_m.mean(0).numpy()) / log_m.std(
             0

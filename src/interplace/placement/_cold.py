@@ -603,6 +603,9 @@ def _per_resource(model: InterferenceModel, key: str) -> torch.Tensor:
 
 
 def _readings(job: str, readings: Mapping[str, float]) -> Iterable[tuple[str, float]]:
+    if not isinstance(readings, Mapping):
+        raise InputError(f"cold job {job!r}: readings must map metric names to numbers, not "
+                         f"{type(readings).__name__}")
     if not readings:
         raise InputError(f"cold job {job!r} has no counter readings")
     for metric, given in readings.items():

@@ -68,6 +68,7 @@ from interplace.errors import (
     check_replaceable_dir,
     files_digest,
     is_int,
+    replace_dir,
 )
 from interplace.placement._problem import RISK_QUANTILE, Problem, SpeedCache, State
 from interplace.placement._sources import SpeedSource
@@ -452,9 +453,7 @@ def save_policy(policy: RLPolicy, directory: str | os.PathLike[str]) -> Path:
         for f in (_WEIGHTS, _META):
             os.chmod(tmp / f, 0o644)
         os.chmod(tmp, 0o755)
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
+        replace_dir(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
