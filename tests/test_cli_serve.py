@@ -106,10 +106,17 @@ def test_serve_start_up_errors(
         (["--model", str(model_dir), "--topology", "dgx-a100", "--host", "no.such.host."],
          "--host 'no.such.host.'"),
     ]
-    for args, message in cases:
-        code = main(["serve", "--standalone", *args])
-        err = capsys.readouterr().err
-        assert code == 2 and err.count("\n") == 1 and message in err, (args, err)
+    taken = socket.socket()  # a port in use: uvicorn's own "ERROR: [Errno 98]" and exit 3
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = str(taken.getsockname()[1])
+    cases.append((["--model", str(model_dir), "--topology", "dgx-a100", "--port", port],
+                  f"cannot listen on 127.0.0.1:{port}"))
+    with taken:
+        for args, message in cases:
+            code = main(["serve", "--standalone", *args])
+            err = capsys.readouterr().err
+            assert code == 2 and err.count("\n") == 1 and message in err, (args, err)
     with pytest.raises(SystemExit) as exc:
         main(["serve", "--model", str(model_dir), "--topology", "dgx-a100", "--deadline", "-1"])
     err = capsys.readouterr().err

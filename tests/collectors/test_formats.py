@@ -122,6 +122,14 @@ def test_nvsmi_device_falls_back_to_the_bus_id_and_header_repeats_are_skipped() 
          "mem_util_pct is -12, below 0"),
         ("timestamp, index, utilization.gpu [%]\n2024/05/01 12:00:00.0, 0, 140 %\n",
          "gpu_util_pct is 140, above 100"),
+        # A reading that is text was dropped with exit 0 (dmon and prometheus refuse it); a
+        # field named twice gave two readings of it at one time.
+        ("timestamp, index, utilization.gpu [%]\n2024/05/01 12:00:00.0, 0, abc %\n",
+         "line 2: utilization.gpu 'abc %' is not a number"),
+        ("timestamp, index, utilization.gpu [%]\n2024/05/01 12:00:00.0, 0, nan %\n",
+         "utilization.gpu 'nan %' is not a number"),
+        ("timestamp, index, utilization.gpu [%], utilization.gpu [%]\n"
+         "2024/05/01 12:00:00.0, 0, 5 %, 9 %\n", "names utilization.gpu twice"),
     ],
 )
 def test_nvsmi_refuses_bad_input(raw: str, message: str) -> None:
@@ -262,6 +270,8 @@ def test_perf_raw_pmu_events_and_counters_multiplexed_out() -> None:
         ("12345678,,instructions,1000890123,100.00,,\n", "line 1: not a perf stat -x, -I counter"),
         ("1.0,12,,cycles,100,150.00,,\n", "line 1: running percentage '150.00'"),
         ("1.0,12,,42,100,100.00,,\n", "line 1: not a perf stat -x, -I counter line"),
+        ("1.0,-123,,instructions,100,100.00,,\n",  # was written as it was
+         "line 1: instructions count '-123' is not a number >= 0"),
     ],
 )
 def test_perf_refuses_bad_input(raw: str, message: str) -> None:

@@ -149,6 +149,16 @@ def test_venus_malformed(tmp_path: Path, text: str, message: str) -> None:
         load_venus(_write(tmp_path, text))
 
 
+def test_a_problem_the_trace_finds_names_the_file_and_its_row(tmp_path: Path) -> None:
+    # The trace checks its rows after sorting by submission: the message named "philly" and
+    # the sorted row (a job submitted later than the one below it was off by one).
+    head = "job_id,user,num_gpu,submit_time,model_name,duration\n"
+    p = _write(tmp_path, head + "a,u,1,5,m,10\nb,u,1,1,m,10\nc,u,1,3,m,inf\n")
+    with pytest.raises(InputError, match=r"t\.csv: duration_s must be > 0 or missing, but row 2 "
+                                         r"\(job_id 'c'\) has inf"):
+        load_philly(p)
+
+
 def test_venus_times_of_several_formats_and_offsets(tmp_path: Path) -> None:
     head = "time,submit_gpu_job,submit_gpu_num\n"
     # Offsets that change (a daylight-saving change; pandas refuses the column as it is) are
@@ -188,5 +198,5 @@ def test_a_repeated_job_id_is_named_at_its_row_in_the_file(tmp_path: Path) -> No
     p = tmp_path / "philly.csv"
     p.write_text("job_id,user,num_gpu,submit_time,model_name,duration\n"
                  "7,a,1,50,x,10\n7,a,1,5,x,10\n8,a,1,40,x,10\n")
-    with pytest.raises(InputError, match="philly: row 1 repeats job_id '7'"):
+    with pytest.raises(InputError, match=r"philly\.csv: row 1 repeats job_id '7'"):
         load_philly(p)

@@ -319,6 +319,16 @@ def test_bad_options_are_one_line_errors(
         stability(data3, steps=10, **kwargs)  # type: ignore[arg-type]
 
 
+def test_too_few_co_located_runs_to_hold_out_is_refused() -> None:
+    # One co-located run: nothing was held out, coverage "-", and the verdict said STABLE.
+    data = synthetic(3, seed=0, samples_per_run=0)
+    pair = data.runs["run_id"].str.startswith("pair/")
+    first = data.runs.loc[pair, "run_id"].iloc[0]
+    one = CoLocationData(data.runs[~pair | (data.runs["run_id"] == first)], None, "one")
+    with pytest.raises(InputError, match="one: needs at least two co-located runs to hold"):
+        stability(one, perturbations=("seed",), n=1, steps=10)
+
+
 def test_drop_samples_without_samples_is_refused_and_left_out_by_default() -> None:
     data = synthetic(3, seed=0, samples_per_run=0)
     with pytest.raises(InputError, match="drop_samples needs counter samples"):

@@ -180,6 +180,8 @@ def test_cli_json_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         (["--jobs", "20", "--load", "1e-30", "--policies", "fifo-exclusive"],
          "too long to simulate"),
         (["--ground-truth", "gavel-x"], "unknown Gavel GPU type"),
+        # was ignored: the built-in Philly excerpt ran as if no format had been given
+        (["--trace-format", "venus"], "--trace-format venus reads a trace file"),
     ],
 )
 def test_cli_errors(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

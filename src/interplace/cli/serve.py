@@ -72,10 +72,18 @@ def _run(args: argparse.Namespace) -> int:
     if args.port > 65535:
         raise InputError(f"--port must be at most 65535, not {args.port}")
     try:
-        socket.getaddrinfo(args.host, args.port)
+        family, kind, proto, _, where = socket.getaddrinfo(
+            args.host, args.port, type=socket.SOCK_STREAM)[0]
     except (socket.gaierror, UnicodeError) as exc:
         raise InputError(f"--host {args.host!r}: cannot listen there ({first_line(exc)})") \
             from None
+    with socket.socket(family, kind, proto) as probe:  # as uvicorn will (it exits 3 otherwise)
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(where)
+        except OSError as exc:
+            raise InputError(f"cannot listen on {args.host}:{args.port}: "
+                             f"{exc.strerror or exc}") from None
     topologies = node_topologies(args.topology, args.node_topology)
     model = InterferenceModel.load(args.model)
 

@@ -28,6 +28,9 @@ def _run(args: argparse.Namespace) -> int:
     if not policies:
         raise InputError("--policies names no policy")
     trace = args.trace
+    if trace in ("synthetic", "philly") and args.trace_format != "philly":
+        raise InputError(f"--trace-format {args.trace_format} reads a trace file; --trace {trace} "
+                         "is built in")
     if trace not in ("synthetic", "philly") and Path(trace).is_dir():
         raise InputError(f"trace {trace} is a directory, not a file")
     if trace not in ("synthetic", "philly") and not Path(trace).is_file():

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,18 +177,27 @@ def _require(
 
 
 def _finish(
-    df: pd.DataFrame, canonical: dict[str, Any], drop: Sequence[str], name: str
+    df: pd.DataFrame, canonical: dict[str, Any], drop: Sequence[str], name: str, what: str
 ) -> JobTrace:
-    """Canonical columns first, then the source's other columns; stably sorted by submit_s."""
+    """Canonical columns first, then the source's other columns; stably sorted by submit_s.
+    A problem is named by the file ``what`` and the row in it (the trace checks its rows
+    after the sort, under its ``name``)."""
     extra = df.drop(columns=[c for c in drop if c in df.columns])
     extra = extra.drop(columns=[c for c in TRACE_COLUMNS if c in extra.columns])
     out = pd.concat([pd.DataFrame(canonical, index=df.index), extra], axis=1)
     dup = out["job_id"].duplicated()
     if dup.any():  # named here, in file order: the trace checks after the sort
         pos = int(np.flatnonzero(dup.to_numpy())[0])
-        raise InputError(f"{name}: row {pos} repeats job_id {out['job_id'].iloc[pos]!r}")
+        raise InputError(f"{what}: row {pos} repeats job_id {out['job_id'].iloc[pos]!r}")
     order = np.argsort(out["submit_s"].to_numpy(dtype=np.float64), kind="stable")
-    return JobTrace(out.iloc[order].reset_index(drop=True), name)
+    try:
+        return JobTrace(out.iloc[order].reset_index(drop=True), name)
+    except InputError as exc:
+        text = str(exc).removeprefix(f"{name}: ")
+        m = re.search(r"row (\d+) \(job_id", text)
+        if m is not None:  # the sorted row back to the file's
+            text = text[: m.start(1)] + str(int(order[int(m.group(1))])) + text[m.end(1):]
+        raise InputError(f"{what}: {text}") from None
 
 
 _PHILLY = ("job_id", "user", "num_gpu", "submit_time", "model_name", "duration")
@@ -228,7 +238,7 @@ def load_philly(path: str | os.PathLike[str]) -> JobTrace:
         "duration_s": np.where(duration > 0, duration, np.nan),
         "gpus": gpus,
     }
-    return _finish(df, canonical, ("submit_time", "duration", "num_gpu"), "philly")
+    return _finish(df, canonical, ("submit_time", "duration", "num_gpu"), "philly", what)
 
 
 _OPENB = (
@@ -319,7 +329,7 @@ def load_alibaba_openb(path: str | os.PathLike[str], *, drop_unscheduled: bool =
         canonical = {k: np.asarray(v)[ran] for k, v in canonical.items()}
         canonical = {k: pd.Series(v, index=df.index) for k, v in canonical.items()}
     drop = ("name", "creation_time", "deletion_time", "scheduled_time")
-    return _finish(df, canonical, drop, f"alibaba-openb:{p.stem}")
+    return _finish(df, canonical, drop, f"alibaba-openb:{p.stem}", str(p))
 
 
 _VENUS = ("time", "submit_gpu_job", "submit_gpu_num")

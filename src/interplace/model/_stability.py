@@ -730,7 +730,10 @@ def stability(
         holdout_frac,
         workers,
     )
-    if holdout_frac is not None and len(_colocated_ids(data)) >= 2:
+    if holdout_frac is not None:
+        if len(_colocated_ids(data)) < 2:  # no coverage to keep: "STABLE" would say nothing
+            raise InputError(f"{data.name}: needs at least two co-located runs to hold some out "
+                             "and measure coverage (holdout_frac=None checks without it)")
         train, test = holdout_split(data, holdout_frac=holdout_frac, seed=seed)
     else:
         train = data

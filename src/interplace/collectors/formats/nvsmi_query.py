@@ -202,6 +202,9 @@ def parse(
             "fields (the --query-gpu list)"
         )
     names = [f for f, _ in header]
+    twice = sorted({f for f in names if names.count(f) > 1})
+    if twice:  # two readings of one field at one time, which may differ
+        raise InputError(f"nvidia-smi query output names {twice[0]} twice")
     if "timestamp" not in names:
         raise InputError("nvidia-smi query output has no timestamp field (add it to --query-gpu)")
     dev_field = next((f for f in ("index", "pci.bus_id", "uuid") if f in names), None)
@@ -238,7 +241,9 @@ def parse(
                 continue
             m = _VALUE.match(cell)
             if m is None:
-                non_numeric.add(field)
+                if canon is not None:  # a reading interplace uses: dmon and prometheus refuse it
+                    raise InputError(f"line {line_no}: {field} {cell!r} is not a number")
+                non_numeric.add(field)  # a text field (pstate, name): not a reading
                 continue
             number = parse_float(m.group(1))
             if number is None:  # pragma: no cover - the regex admits only numbers

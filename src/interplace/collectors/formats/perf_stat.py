@@ -148,6 +148,8 @@ def parse(text: str, host: str = "localhost") -> pd.DataFrame:
             continue
         count = parse_float(rest[0])
         assert count is not None  # _is_counter checked it
+        if not (math.isfinite(count) and count >= 0):  # an event count (per interval)
+            raise InputError(f"line {line_no}: {event} count {rest[0]!r} is not a number >= 0")
         pct = parse_float(rest[4]) if len(rest) > 4 else None
         if pct is not None and not 0.0 <= pct <= 100.0:
             raise InputError(f"line {line_no}: running percentage {rest[4]!r} not in [0, 100]")
