@@ -657,3 +657,17 @@ def test_the_clis_nuts_draws_default_is_the_librarys() -> None:
     from interplace.model import Nuts
 
     assert NUTS_DRAWS == Nuts().draws == Nuts().warmup
+
+
+def test_fit_says_when_the_samples_gave_no_counters(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, fitted: Fitted
+) -> None:
+    # Samples of metrics the model does not read fitted "0 counter groups" without a word.
+    samples = pd.read_csv(fitted.data / "samples.csv")
+    samples.assign(metric="gpu_temp_c").to_csv(tmp_path / "samples.csv", index=False)
+    code, _, err = run(capsys, "fit", "--runs", str(fitted.data / "runs.csv"), "--samples",
+                       str(tmp_path / "samples.csv"), "--out", str(tmp_path / "m"), "--steps",
+                       STEPS, "--restarts", "1", "--quiet")
+    assert code == 0
+    assert err.startswith("interplace: note: the samples gave the model no counters: none of "
+                          "its metrics is one the model reads")

@@ -109,7 +109,18 @@ def test_measured_runs_take_precedence(
     out = tmp_path / "p.csv"
     code = main(["place", "--model", str(model_dir), "--topology", "pcie-8gpu", "--jobs",
                  str(jobs), "--measured", str(runs_dir / "runs.csv"), "--out", str(out)])
-    assert code == 0, capsys.readouterr().err
+    assert code == 0
+    assert "note" not in capsys.readouterr().err
+    # Pairs of jobs the model does not know were taken without a word: they change nothing.
+    other = synthetic(4, seed=3, samples_per_run=2)
+    other = CoLocationData(other.runs.assign(job=other.runs["job"].str.replace("job", "x")),
+                           None, "other")
+    (tmp_path / "other").mkdir()
+    write_runs(other, tmp_path / "other")
+    code = main(["place", "--model", str(model_dir), "--topology", "pcie-8gpu", "--jobs",
+                 str(jobs), "--measured", str(tmp_path / "other" / "runs.csv"), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 0 and "name a job the model was not fitted on (first: x0 next to x0)" in err
     code = main(["place", "--model", str(model_dir), "--topology", "pcie-8gpu", "--jobs",
                  str(jobs), "--measured", str(tmp_path / "nope.csv"), "--out", str(out)])
     assert code == 2 and "no such file" in capsys.readouterr().err

@@ -144,6 +144,15 @@ def test_validate_samples_names_the_problem(samples: pd.DataFrame, message: str)
     assert message in str(info.value)
 
 
+def test_an_isolated_run_written_twice_is_named_so() -> None:
+    # It read as the job co-located with itself "but has no isolated run".
+    runs = pd.DataFrame({"run_id": ["a", "a", "p", "p"], "job": ["x", "x", "x", "x"],
+                         "throughput": [2.0, 2.0, 1.0, 1.1]})
+    with pytest.raises(InputError, match="run_id 'a' has 2 identical rows of job 'x' "
+                                         r"\(a row written twice\?\)"):
+        validate_runs(runs, "bad")
+
+
 def test_samples_may_miss_values() -> None:
     # The one convention (runs module docstring): a missing value is NaN, None or pd.NA and
     # the row is kept; only a present value must be a finite number.

@@ -67,6 +67,10 @@ def test_cold_start_refusals(small_model: InterferenceModel, toy: MeasuredSpeeds
         place(topo, toy, [Job("b", "new", counters={"gpu_util_pct": 50.0})])
     with pytest.raises(InputError, match="must be a finite number"):
         Job("b", "new", counters={"gpu_util_pct": -1.0})
+    # 500% utilisation was taken (ingest refuses it in a collected file)
+    with pytest.raises(InputError, match=r"counter gpu_util_pct is a percentage, not 500\.0"):
+        Job("b", "new", counters={"gpu_util_pct": 500.0})
+    assert Job("b", "new", counters={"pcie_rx_kbps": 5e6}).counters == (("pcie_rx_kbps", 5e6),)
 
 
 def test_a_model_with_as_many_jobs_as_resources_or_metrics_takes_cold_jobs(

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interplace.cli._common import (
     Subparsers,
@@ -22,6 +22,10 @@ from interplace.cli._common import (
     read_data,
 )
 from interplace.errors import InputError, check_replaceable_dir
+
+if TYPE_CHECKING:
+    from interplace.datasets.runs import CoLocationData
+    from interplace.model import InterferenceModel
 
 __all__ = ["register"]
 
@@ -173,10 +177,24 @@ def _run(args: argparse.Namespace) -> int:
         f"{info['counter_groups']} counter groups of {data.name}: {fit_steps(info)}"
         f"{_nuts_note(info)}{kept}, {info['fit_seconds']:.1f} s -> {out}\n"
     )
-    for note in (_nuts_disagree(info), _nuts_stuck(info)):
+    for note in (_nuts_disagree(info), _nuts_stuck(info), _unread_samples(data, model)):
         if note is not None:
             sys.stderr.write(f"interplace: note: {note}\n")
     return 0
+
+
+def _unread_samples(data: CoLocationData, model: InterferenceModel) -> str | None:
+    """Why a samples table gave the fit no counters, where it gave none (else None)."""
+    if data.samples is None or len(data.samples) == 0 or model.metrics:
+        return None
+    from interplace.model import METRIC_RESOURCE
+
+    known = set(METRIC_RESOURCE)
+    read = set(data.samples.loc[data.samples["value"].notna(), "metric"].astype(str))
+    why = ("none of its metrics is one the model reads" if not read & known
+           else "none of them was read in an isolated run")
+    return (f"the samples gave the model no counters: {why} (it reads "
+            f"{', '.join(sorted(known))})")
 
 
 def register(sub: Subparsers) -> None:

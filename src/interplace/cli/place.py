@@ -52,7 +52,14 @@ def _run(args: argparse.Namespace) -> int:
         from interplace.cli._common import read_data
         from interplace.placement import MeasuredOverModel
 
-        model = MeasuredOverModel(fitted, read_data(args.measured, None).pairs())
+        over = MeasuredOverModel(fitted, read_data(args.measured, None).pairs())
+        if over.unused:
+            job, co = over.unused[0]
+            sys.stderr.write(
+                f"interplace: note: {len(over.unused)} of {len(over.measured)} measured pairs "
+                f"in {args.measured} name a job the model was not fitted on (first: {job} next "
+                f"to {co}); they are not used\n")
+        model = over
     policy: object = args.policy
     if args.policy_file is not None:  # --policy rl with a trained file; without: the default
         from interplace.placement.rl import load_policy

@@ -210,6 +210,12 @@ def validate_runs(runs: pd.DataFrame, what: str) -> None:
     together = runs.loc[size > 1]
     for rid, job in zip(together["run_id"].tolist(), together["job"].tolist(), strict=True):
         if job not in alone:
+            rows = runs.loc[runs["run_id"] == rid]
+            if len(rows.drop(columns="run_id").drop_duplicates()) == 1:
+                raise InputError(  # its only isolated run, written twice
+                    f"{what}: run_id {rid!r} has {len(rows)} identical rows of job {job!r} "
+                    "(a row written twice?), so the job has no isolated run"
+                )
             raise InputError(
                 f"{what}: job {job!r} runs co-located (run_id {rid!r}) but has no isolated run, "
                 "so its slowdown is undefined"

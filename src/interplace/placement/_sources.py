@@ -182,6 +182,11 @@ class MeasuredOverModel:
         self.measured: dict[tuple[str, str], float] = {
             (str(k[0]), str(k[1])): float(v) for k, v in mean.items() if isinstance(k, tuple)
         }
+        known = set(model.jobs)
+        self.unused: tuple[tuple[str, str], ...] = tuple(sorted(
+            pair for pair in self.measured if not set(pair) <= known))
+        """The measured pairs naming a job the model does not know: no query asks for them
+        (a caller may want to say so: a table of other jobs' names changes nothing)."""
 
     @property
     def jobs(self) -> tuple[str, ...]:

@@ -100,6 +100,10 @@ class Job:
                     raise InputError(
                         f"job {self.job_id}: counter {name} must be a finite number >= 0"
                     )
+                if name.endswith("_pct") and value > 100:  # as the collectors read them
+                    raise InputError(
+                        f"job {self.job_id}: counter {name} is a percentage, not {value!r}"
+                    )
                 pairs.append((name, float(value)))
             object.__setattr__(self, "counters", tuple(sorted(pairs)) or None)
         n = self.counter_samples
