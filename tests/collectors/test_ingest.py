@@ -122,6 +122,8 @@ def test_pmon_output_is_named_not_read_as_dmon() -> None:
         err.value
     )
     assert not FORMATS["dmon"].sniff(PMON)
+    with pytest.raises(InputError, match=r"this is nvidia-smi pmon output .*, not dmon"):
+        FORMATS["dmon"].parse(PMON)  # asked for by name: was "data before the dmon header"
 
 
 def test_ingest_with_an_explicit_format_and_options() -> None:

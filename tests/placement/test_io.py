@@ -33,6 +33,9 @@ def test_jobs_round_trip(tmp_path: Path) -> None:
         ("job_id,job,gpus\n1,,1\n", "row 0: empty job"),
         ("job_id,job,comm_share\n1,a,2\n", r"row 0: comm_share must be in \[0, 1\)"),
         ("job_id,job\n", "has no rows"),
+        # a counter under a misspelt name was left out, the job placed as if it had none
+        ("job_id,job,gpu_util_pct,mem_utl_pct\n1,a,50,20\n",
+         "column 'mem_utl_pct' is no counter interplace reads"),
     ],
 )
 def test_bad_jobs(tmp_path: Path, text: str, message: str) -> None:

@@ -5,7 +5,8 @@ optional ``family`` and ``comm_share`` (default :data:`~interplace.placement.DEF
 and counter columns named as :data:`interplace.model.METRIC_RESOURCE` (``gpu_util_pct``,
 ``mem_util_pct``, ...): a row's readings of an isolated run, which place a job type the model
 does not know by its cold-start path, with an optional ``counter_samples``, how many samples
-each reading is a mean of (default: as the model's own isolated readings).
+each reading is a mean of (default: as the model's own isolated readings); another column
+named as a counter (``*_pct``, ``*_kbps``) is refused, as a misspelt one.
 State table: one row per (running job, GPU): ``job_id``, ``job``, ``gpu``, optional
 ``comm_share``. Placement table: one row per (job, GPU): ``job_id``, ``job``, ``gpu``,
 ``speed_mean``, ``speed_q05``, ``speed_q95``.
@@ -96,6 +97,11 @@ def jobs_from_frame(frame: pd.DataFrame, where: str = "jobs table") -> list[Job]
     seen: dict[str, int] = {}
     has = set(frame.columns)
     metric_columns = [c for c in frame.columns if c in METRIC_RESOURCE]
+    misspelt = [c for c in frame.columns
+                if str(c).endswith(("_pct", "_kbps")) and c not in METRIC_RESOURCE]
+    if misspelt:  # a counter's column under a name no model reads: it would be left out
+        raise InputError(f"{where}: column {misspelt[0]!r} is no counter interplace reads "
+                         f"(counters: {', '.join(sorted(METRIC_RESOURCE))})")
     for row, rec in enumerate(frame.to_dict("records")):
         job_id = _text(rec["job_id"], "job_id", row, where)
         if job_id in seen:

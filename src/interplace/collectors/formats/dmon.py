@@ -128,6 +128,9 @@ def parse(text: str, host: str = "localhost", *, interval_s: float = 1.0) -> pd.
     """
     if not (interval_s > 0 and np.isfinite(interval_s)):
         raise InputError(f"interval_s must be a positive number of seconds, got {interval_s}")
+    if looks_pmon(text):
+        raise InputError("this is nvidia-smi pmon output (per process), not dmon: record "
+                         "nvidia-smi dmon (per GPU)")
     names: list[str] | None = None
     round_t: list[float] = []  # time of each sample row
     row_of: list[int] = []
