@@ -166,6 +166,8 @@ def check_output_parent(parent: Path) -> None:
         raise InputError(f"output directory does not exist: {parent}")
     if not parent.is_dir():
         raise InputError(f"output directory is not a directory: {parent}")
+    if not os.access(parent, os.W_OK | os.X_OK):  # a read-only mount too
+        raise InputError(f"cannot write to {parent}: permission denied")
 
 
 DIGEST_KEY = "sha256"
@@ -339,12 +341,9 @@ def check_output_file(path: str | os.PathLike[str]) -> Path:
     interplace.errors.InputError: output directory does not exist: /no/such/dir
     """
     p = Path(path)
-    parent = p.parent
-    check_output_parent(parent)
+    check_output_parent(p.parent)
     if p.is_dir():
         raise InputError(f"{p} is a directory, not a file")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"cannot write to {parent}: permission denied")
     return p
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -73,8 +74,16 @@ def test_tampered_files_are_refused(tmp_path: Path, trained: object) -> None:
         load_policy(tmp_path / "nope")
     meta = (path / "policy.json").read_text()
     (path / "policy.json").write_text(meta.replace('"hidden": 32', '"hidden": 16'))
-    with pytest.raises(InputError, match="weights do not fit the policy"):
+    with pytest.raises(InputError, match="the policy's files do not match the sha256"):
         load_policy(path)
+    # Without the digest (saved earlier), a hidden size the weights do not have is refused
+    # before a network of that size is built (1,000,000 tried to allocate 4 TB).
+    unsigned = json.loads(meta)
+    unsigned.pop("sha256")
+    for hidden in (16, 1_000_000):
+        (path / "policy.json").write_text(json.dumps({**unsigned, "hidden": hidden}))
+        with pytest.raises(InputError, match="weights do not fit the policy"):
+            load_policy(path)
     (path / "policy.json").write_text("{")
     with pytest.raises(InputError, match="not valid JSON"):
         load_policy(path)
@@ -160,3 +169,48 @@ def test_load_features_count_reserved_slots(toy: MeasuredSpeeds) -> None:
     assert x[:, FEATURES.index("machine_load")].tolist() == pytest.approx([3 / 16] * 3)
     y = _TypeFeaturizer(problem, ["hog"])(st, i, gpus)
     assert y[:, 2].tolist() == [0.5, 1.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        # numpy's, torch's or Python's own errors before; lr=inf trained NaN weights in silence
+        ({"seed": -1}, r"seed must be an integer in \[0, 2\*\*63\)"),
+        ({"seed": 1.5}, "seed must be an integer"),
+        ({"lr": float("inf")}, "lr must be a finite number > 0"),
+        ({"lr": -1.0}, "lr must be a finite number > 0"),
+        ({"jobs_per_episode": (3,)}, r"jobs_per_episode must be \(low, high\)"),
+        ({"jobs_per_episode": 5}, r"jobs_per_episode must be \(low, high\)"),
+        ({"jobs_per_episode": (2.5, 4)}, r"jobs_per_episode must be \(low, high\)"),
+        ({"types": "job0"}, "types must be a sequence of job types, not the string"),
+        ({"types": ["nope"]}, "types: 'nope' is not a job type of the model"),
+    ],
+)
+def test_bad_training_arguments_are_one_line_errors(
+    small_model: InterferenceModel, kwargs: dict[str, object], message: str
+) -> None:
+    with pytest.raises(InputError, match=message):
+        train_policy(small_model, builtin("pcie-8gpu"), episodes=1, **kwargs)  # type: ignore[arg-type]
+
+
+def test_training_leaves_the_callers_torch_stream_alone(small_model: InterferenceModel) -> None:
+    import torch
+
+    torch.manual_seed(123)
+    want = torch.rand(3)
+    torch.manual_seed(123)
+    train_policy(small_model, builtin("pcie-8gpu"), episodes=1, rollouts=2, seed=7)
+    assert torch.equal(torch.rand(3), want)  # train_policy reseeded the global generator
+
+
+def test_a_policy_with_non_finite_weights_is_not_saved(
+    small_model: InterferenceModel, tmp_path: Path
+) -> None:
+    import torch
+
+    policy = train_policy(small_model, builtin("pcie-8gpu"), episodes=1, rollouts=2)
+    with torch.no_grad():
+        next(policy.net.parameters()).fill_(float("nan"))
+    with pytest.raises(InputError, match=r"non-finite values .*: not saved"):
+        save_policy(policy, tmp_path / "pol")
+    assert not (tmp_path / "pol").exists()

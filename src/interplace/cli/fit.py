@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,7 +20,7 @@ from interplace.cli._common import (
     rank_kwargs,
     read_data,
 )
-from interplace.errors import InputError, check_replaceable_dir
+from interplace.errors import InputError, check_output_parent, check_replaceable_dir
 
 if TYPE_CHECKING:
     from interplace.datasets.runs import CoLocationData
@@ -131,10 +130,7 @@ def _run(args: argparse.Namespace) -> int:
     from interplace.model import Nuts, fit
 
     out = Path(args.out)
-    if not out.parent.is_dir():
-        raise InputError(f"output directory does not exist: {out.parent}")
-    if not os.access(out.parent, os.W_OK | os.X_OK):
-        raise InputError(f"cannot write to {out.parent}: permission denied")
+    check_output_parent(out.parent)
     # InterferenceModel.save refuses these too, but only after the fit; say so at once.
     from interplace.model._fitted import MODEL_FILES
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from interplace.cli._common import Subparsers, int_at_least, seed_arg
-from interplace.errors import InputError, check_replaceable_dir
+from interplace.errors import InputError, check_output_parent, check_replaceable_dir
 
 __all__ = ["register"]
 
@@ -19,8 +19,7 @@ def _run(args: argparse.Namespace) -> int:
 
     # save_policy refuses these too, but only after the training; say so at once.
     out = check_replaceable_dir(args.out, POLICY_FILES, "an RL policy")
-    if not out.parent.is_dir():
-        raise InputError(f"output directory does not exist: {out.parent}")
+    check_output_parent(out.parent)  # before the training, not after it
     if args.objective not in OBJECTIVES:
         raise InputError(f"unknown objective {args.objective!r} (choose from "
                          f"{', '.join(OBJECTIVES)})")

@@ -66,8 +66,10 @@ from interplace.errors import (
     check_digest,
     check_output_parent,
     check_replaceable_dir,
+    check_seed,
     files_digest,
     is_int,
+    is_real,
     replace_dir,
 )
 from interplace.placement._problem import RISK_QUANTILE, Problem, SpeedCache, State
@@ -346,17 +348,39 @@ def train_policy(
                              ("hidden", hidden, 2), ("num_samples", num_samples, 1)):
         if not is_int(value, low):
             raise InputError(f"{name} must be an integer >= {low}, not {value!r}")
-    lo, hi = jobs_per_episode
-    if not (1 <= lo <= hi):
-        raise InputError(f"jobs_per_episode must be (low, high) with 1 <= low <= high, not "
-                         f"{jobs_per_episode!r}")
+    check_seed(seed)
+    if not (is_real(lr) and lr > 0):
+        raise InputError(f"lr must be a finite number > 0, not {lr!r}")
+    bounds = tuple(jobs_per_episode) if isinstance(jobs_per_episode, tuple | list) else ()
+    if not (len(bounds) == 2 and all(is_int(b, 1) for b in bounds) and bounds[0] <= bounds[1]):
+        raise InputError(f"jobs_per_episode must be (low, high), whole numbers with "
+                         f"1 <= low <= high, not {jobs_per_episode!r}")
+    lo, hi = bounds
+    if isinstance(types, str):  # list("job0") would be its letters
+        raise InputError(f"types must be a sequence of job types, not the string {types!r}")
     pool = list(types) if types is not None else list(model.jobs)
     if not pool:
         raise InputError("no job types to train on")
+    unknown = [t for t in pool if t not in set(model.jobs)]
+    if unknown:
+        raise InputError(f"types: {unknown[0]!r} is not a job type of the model")
     types = tuple(pool) if features == "types" else None
     n_in = len(FEATURES) if types is None else 2 * len(types) + len(TYPE_FEATURES)
-    torch.manual_seed(seed)  # the network's initial weights; training draws from gen below
-    net = _Net(n_in, hidden).to(torch.float32)
+    with torch.random.fork_rng(devices=[]):  # the caller's torch stream is left as it was
+        torch.manual_seed(seed)  # the network's initial weights; training draws from gen below
+        return _train(model, topology, net=_Net(n_in, hidden).to(torch.float32), lr=lr,
+                      seed=seed, pool=pool, lo=lo, hi=hi, types=types, episodes=episodes,
+                      rollouts=rollouts, hidden=hidden, num_samples=num_samples,
+                      max_per_gpu=max_per_gpu, objective=objective, can_share=can_share,
+                      progress=progress, callback=callback, features=features)
+
+
+def _train(model: SpeedSource, topology: Topology, *, net: _Net, lr: float, seed: int,
+           pool: list[str], lo: int, hi: int, types: tuple[str, ...] | None, episodes: int,
+           rollouts: int, hidden: int, num_samples: int, max_per_gpu: int, objective: str,
+           can_share: Callable[[str, str], bool] | None, progress: bool,
+           callback: Callable[[int, RLPolicy], None] | None, features: str) -> RLPolicy:
+    """:func:`train_policy`'s loop, its arguments checked."""
     opt = torch.optim.Adam(net.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
@@ -447,6 +471,9 @@ def save_policy(policy: RLPolicy, directory: str | os.PathLike[str]) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         tensors = {k: v.detach().contiguous() for k, v in policy.net.state_dict().items()}
+        if not all(bool(torch.isfinite(v).all()) for v in tensors.values()):
+            raise InputError("the policy's weights hold non-finite values (a training that "
+                             "diverged): not saved")
         save_file(tensors, str(tmp / _WEIGHTS), metadata={"format": _FORMAT})
         meta[DIGEST_KEY] = files_digest(meta, [tmp / _WEIGHTS])
         (tmp / _META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
@@ -501,6 +528,11 @@ def load_policy(directory: str | os.PathLike[str]) -> RLPolicy:
         tensors = load_file(str(weights))
     except (SafetensorError, OSError, ValueError) as exc:
         raise InputError(f"{weights}: not a readable safetensors file ({exc})") from None
+    check_digest(meta, [weights], meta_path, "policy")  # before building a net of its size
+    first = tensors.get("phi.0.weight")
+    if first is None or tuple(first.shape) != (hidden, _n_inputs(type_tuple)):
+        raise InputError(f"{weights}: weights do not fit the policy (hidden {hidden}, "
+                         f"{_n_inputs(type_tuple)} features)")
     net = _Net(_n_inputs(type_tuple), hidden)
     try:
         net.load_state_dict(tensors)
@@ -508,7 +540,6 @@ def load_policy(directory: str | os.PathLike[str]) -> RLPolicy:
         raise InputError(f"{weights}: weights do not fit the policy ({str(exc)[:120]})") from None
     if not all(bool(torch.isfinite(v).all()) for v in tensors.values()):
         raise InputError(f"{weights}: weights hold non-finite values")
-    check_digest(meta, [weights], meta_path, "policy")
     net.eval()
     info = meta.get("info")
     return RLPolicy(net, hidden, dict(info) if isinstance(info, dict) else {}, type_tuple)
