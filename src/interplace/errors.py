@@ -17,7 +17,7 @@ import os
 import shutil
 import tempfile
 import warnings
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeGuard
 
@@ -44,6 +44,7 @@ __all__ = [
     "read_json",
     "read_table",
     "replace_dir",
+    "save_dir",
 ]
 
 
@@ -233,6 +234,38 @@ def replace_dir(built: Path, target: Path) -> None:
         old.rename(target)
         raise
     shutil.rmtree(old, ignore_errors=True)
+
+
+def save_dir(
+    target: Path, meta: dict[str, Any], meta_name: str, write: Callable[[Path], Sequence[Path]]
+) -> None:
+    """Build a saved directory (a model, a policy) beside ``target`` and put it in place with
+    :func:`replace_dir`: ``write(folder)`` writes its data files into the folder and returns
+    their paths; ``meta`` then records their :func:`files_digest` and is written as
+    ``meta_name`` (indented JSON). The files are made readable by all (safetensors writes
+    0600: a server user reads them). On any failure nothing is left beside ``target``.
+
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> def write(folder):
+    ...     _ = (folder / "w").write_text("weights")
+    ...     return [folder / "w"]
+    >>> save_dir(root / "m", {"a": 1}, "m.json", write)
+    >>> sorted(p.name for p in (root / "m").iterdir()), sorted(p.name for p in root.iterdir())
+    (['m.json', 'w'], ['m'])
+    """
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        files = list(write(tmp))
+        meta[DIGEST_KEY] = files_digest(meta, files)
+        (tmp / meta_name).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        for f in (*files, tmp / meta_name):
+            os.chmod(f, 0o644)
+        os.chmod(tmp, 0o755)
+        replace_dir(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 @contextlib.contextmanager

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,17 +16,15 @@ import torch
 
 from interplace.datasets.runs import CoLocationData
 from interplace.errors import (
-    DIGEST_KEY,
     InputError,
     check_digest,
     check_output_parent,
     check_replaceable_dir,
     check_seed,
-    files_digest,
     is_int,
     is_real,
     plain_number,
-    replace_dir,
+    save_dir,
 )
 from interplace.model._cells import MeasuredPairs, seeded_gamma, spread_draws
 from interplace.model._data import METRIC_RESOURCE, counters_from_samples, family_index
@@ -753,18 +749,11 @@ class InterferenceModel:
                              ("spread", m.spread)):
                 if arr is not None:
                     tensors[f"{_MEASURED}.{key}"] = torch.as_tensor(np.ascontiguousarray(arr))
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=parent))
-        try:
-            save_file(tensors, str(tmp / _WEIGHTS), metadata={"format": _FORMAT_NAME})
-            meta[DIGEST_KEY] = files_digest(meta, [tmp / _WEIGHTS])
-            (tmp / _META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-            for f in (_WEIGHTS, _META):  # safetensors writes 0600: a server user reads it
-                os.chmod(tmp / f, 0o644)
-            os.chmod(tmp, 0o755)
-            replace_dir(tmp, target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        def write(folder: Path) -> list[Path]:
+            save_file(tensors, str(folder / _WEIGHTS), metadata={"format": _FORMAT_NAME})
+            return [folder / _WEIGHTS]
+
+        save_dir(target, meta, _META, write)
         return target
 
     @classmethod

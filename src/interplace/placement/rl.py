@@ -49,8 +49,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,16 +59,14 @@ import torch
 from torch import nn
 
 from interplace.errors import (
-    DIGEST_KEY,
     InputError,
     check_digest,
     check_output_parent,
     check_replaceable_dir,
     check_seed,
-    files_digest,
     is_int,
     is_real,
-    replace_dir,
+    save_dir,
 )
 from interplace.placement._problem import RISK_QUANTILE, Problem, SpeedCache, State
 from interplace.placement._sources import SpeedSource
@@ -365,7 +361,7 @@ def train_policy(
     if unknown:
         raise InputError(f"types: {unknown[0]!r} is not a job type of the model")
     types = tuple(pool) if features == "types" else None
-    n_in = len(FEATURES) if types is None else 2 * len(types) + len(TYPE_FEATURES)
+    n_in = _n_inputs(types)
     with torch.random.fork_rng(devices=[]):  # the caller's torch stream is left as it was
         torch.manual_seed(seed)  # the network's initial weights; training draws from gen below
         return _train(model, topology, net=_Net(n_in, hidden).to(torch.float32), lr=lr,
@@ -468,22 +464,16 @@ def save_policy(policy: RLPolicy, directory: str | os.PathLike[str]) -> Path:
         "hidden": policy.hidden,
         "info": policy.info,
     }
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        tensors = {k: v.detach().contiguous() for k, v in policy.net.state_dict().items()}
-        if not all(bool(torch.isfinite(v).all()) for v in tensors.values()):
-            raise InputError("the policy's weights hold non-finite values (a training that "
-                             "diverged): not saved")
-        save_file(tensors, str(tmp / _WEIGHTS), metadata={"format": _FORMAT})
-        meta[DIGEST_KEY] = files_digest(meta, [tmp / _WEIGHTS])
-        (tmp / _META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        for f in (_WEIGHTS, _META):
-            os.chmod(tmp / f, 0o644)
-        os.chmod(tmp, 0o755)
-        replace_dir(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    tensors = {k: v.detach().contiguous() for k, v in policy.net.state_dict().items()}
+    if not all(bool(torch.isfinite(v).all()) for v in tensors.values()):
+        raise InputError("the policy's weights hold non-finite values (a training that "
+                         "diverged): not saved")
+
+    def write(folder: Path) -> list[Path]:
+        save_file(tensors, str(folder / _WEIGHTS), metadata={"format": _FORMAT})
+        return [folder / _WEIGHTS]
+
+    save_dir(target, meta, _META, write)
     return target
 
 
