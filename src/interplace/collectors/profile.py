@@ -206,6 +206,16 @@ class Progress:
     units: np.ndarray[Any, Any]
 
 
+def _progress_point(parts: Sequence[str]) -> tuple[float, float] | None:
+    """(time, units) of a progress line split in words, or None where it is malformed (not
+    three words, or a number that is not a finite number)."""
+    try:
+        t, u = (float(x) for x in parts[1:]) if len(parts) == 3 else (math.nan, math.nan)
+    except ValueError:
+        return None
+    return (t, u) if math.isfinite(t) and math.isfinite(u) else None
+
+
 def parse_progress(lines: Iterable[str], name: str) -> Progress:
     """Parse a workload's stdout lines; other lines are ignored.
 
@@ -233,13 +243,11 @@ def parse_progress(lines: Iterable[str], name: str) -> Progress:
                 raise InputError(f"workload {name!r}: malformed unit line {line.strip()!r}")
             unit = parts[1]
         elif parts[0] == PROGRESS_TAG:
-            try:
-                t, u = float(parts[1]), float(parts[2])
-                if len(parts) != 3 or not (math.isfinite(t) and math.isfinite(u)):
-                    raise ValueError
-            except (ValueError, IndexError):
+            point = _progress_point(parts)
+            if point is None:
                 raise InputError(f"workload {name!r}: malformed progress line "
-                                 f"{line.strip()!r}") from None
+                                 f"{line.strip()!r}")
+            t, u = point
             if ts and (t < ts[-1] or u < us[-1]):
                 raise InputError(f"workload {name!r}: progress went backwards at "
                                  f"{line.strip()!r}")
@@ -321,14 +329,11 @@ class _Proc:
             if parts and parts[0] == UNIT_TAG:
                 self.unit_seen.set()
             elif parts and parts[0] == PROGRESS_TAG:
-                try:
-                    t, u = (float(x) for x in parts[1:]) if len(parts) == 3 else (None, None)
-                except ValueError:
-                    t = u = None
-                if t is None or not (math.isfinite(t) and math.isfinite(u or 0.0)):
+                point = _progress_point(parts)
+                if point is None:
                     self.malformed = True
                 else:
-                    self.last_t = t
+                    self.last_t = point[0]
 
     def go(self) -> None:
         assert self.proc.stdin is not None

@@ -280,7 +280,7 @@ def validate_samples_for_runs(samples: pd.DataFrame, runs: pd.DataFrame, what: s
     if "scale" in samples.columns:  # the share of the interval a counter ran
         share = pd.to_numeric(samples["scale"], errors="coerce").to_numpy(dtype=float)
         for pos, (value, x) in enumerate(zip(samples["scale"].tolist(), share, strict=True)):
-            if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+            if _is_missing(value):
                 continue
             if isinstance(value, bool | np.bool_) or not 0.0 < x <= 1.0:
                 raise InputError(

@@ -16,7 +16,7 @@ from interplace.errors import InputError, check_seed, is_int, is_real
 from interplace.model._data import FamilySpec, device_of, select_mode, subset_runs
 from interplace.model._fit import fit
 from interplace.model._fitted import InterferenceModel, Query, SpeedPosterior
-from interplace.model._topo import shared_resources
+from interplace.model._topo import share_table
 from interplace.topology import Topology
 
 __all__ = [
@@ -295,7 +295,7 @@ def row_queries(
     lists = co_runner_lists(rows, known)
     if "co_devices" not in rows.columns:
         return [Query(j, c) for j, c in zip(rows["job"], lists, strict=True)]
-    table: dict[tuple[str, str], tuple[str, ...]] = {}
+    table: Mapping[tuple[str, str], Sequence[str]] | None = None  # as the fit reads runs
     out = []
     for j, c, dev, co_devs in zip(rows["job"], lists, rows["device"], rows["co_devices"],
                                   strict=True):
@@ -305,16 +305,12 @@ def row_queries(
         if topology is None or resources is None:
             raise InputError(f"a held-out run places {j!r} on device {dev!r} and a co-runner "
                              "on another: pass the topology so its query knows what they share")
-        shares = []
-        for d in co_devs:
-            if d == dev:
-                shares.append(tuple(resources))
-                continue
-            if (dev, d) not in table:
-                shared = set(shared_resources(topology, dev, d))
-                table[dev, d] = tuple(r for r in resources if r in shared)
-            shares.append(table[dev, d])
-        out.append(Query(j, c, shares=tuple(shares)))
+        if table is None:
+            table = share_table(topology, {d for ds in rows["co_devices"] for d in ds}
+                                | set(rows["device"]))
+        shares = tuple(tuple(r for r in resources if d == dev or r in table[dev, d])
+                       for d in co_devs)
+        out.append(Query(j, c, shares=shares))
     return out
 
 
