@@ -972,8 +972,9 @@ class Problem:
     ) -> list[tuple[int, ...]]:
         """Candidate GPU sets for a gang instance: inside one machine when it fits.
 
-        Per machine with enough free GPUs, its sets with the cheapest all-reduce (ties: the
-        least loaded), at most ``limit`` per machine; machines in the same state contribute
+        Per machine with enough free GPUs, one set per class of alike sets, cheapest
+        all-reduce first (ties: the least loaded, then the least loaded neighbours), at most
+        ``limit`` per machine (:meth:`_gang_classes`); machines in the same state contribute
         once. A job larger than a machine: whole free machines (contiguous runs of them),
         and the GPUs that can take it filled machine by machine
         (:meth:`_spanning_candidates`).
@@ -1013,13 +1014,68 @@ class Problem:
                 out.append(tuple(free))
                 continue
             combos = list(itertools.combinations(free, n))
-            if len(combos) > 400 and limit is not None:  # large machines: contiguous windows
+            if limit is None:
+                combos.sort(key=lambda c: (self.comm_cost(c), sum(len(st.occ[g]) for g in c), c))
+                out.extend(combos)
+                continue
+            if len(combos) > 400:  # large machines: contiguous windows
                 combos = [tuple(free[s : s + n]) for s in range(len(free) - n + 1)]
-            combos.sort(key=lambda c: (self.comm_cost(c), sum(len(st.occ[g]) for g in c), c))
-            out.extend(combos if limit is None else combos[:limit])
+            out.extend(self._gang_classes(st, combos, holds, limit))
         if n > self.machine_size:
             out.extend(self._spanning_sets(st, i) if limit is None
                        else self._spanning_candidates(st, i, limit))
+        return out
+
+    def _gang_classes(
+        self,
+        st: State,
+        combos: Sequence[tuple[int, ...]],
+        holds: Callable[[int], tuple[object, ...]],
+        limit: int,
+    ) -> list[tuple[int, ...]]:
+        """One GPU set per class of alike sets inside a machine, at most ``limit`` classes:
+        the heuristics' gang candidates.
+
+        Two sets are alike when their rings cost the same, their GPUs hold the same (reserved
+        slots, job types) and, where the source scores contention across GPUs, each GPU's
+        neighbours outside the set hold the same behind the same shared resources, and the
+        set's own GPUs share the same resources among themselves: placing the gang on either
+        is scored the same. Classes are taken cheapest ring first, then least loaded, then
+        with the least loaded neighbours (each neighbour's slots in use weighted by how many
+        resources it shares), then the most compact (the fewest resources shared with GPUs
+        outside the set, so that of sets scored alike the one that leaves later jobs the least
+        contention comes first: the heuristics take the first of equal scores), then by GPU
+        index; each is represented by its first set in that order. Keeping classes rather
+        than the first sets in index order keeps a gang's options apart: on a machine whose
+        GPUs are all one ring cost apart, with GPU 0 busy, the first six sets all held GPU 1,
+        which shares GPU 0's PCIe switch.
+        """
+        nbrs = self.nbrs
+
+        def near(c: tuple[int, ...]) -> tuple[int, int]:  # neighbours' load, exposure
+            out = [(m.bit_count(), self.taken(st, h)) for g in c for h, m in nbrs[g] if h not in c]
+            return sum(w * k for w, k in out), sum(w for w, _ in out)
+
+        def alike(c: tuple[int, ...]) -> tuple[object, ...]:
+            per = sorted(
+                (holds(g), tuple(sorted((m, holds(h)) for h, m in nbrs[g] if h not in c)))
+                for g in c
+            )
+            inner = tuple(sorted(m for g in c for h, m in nbrs[g] if h in c and h > g))
+            return (self.comm_cost(c), tuple(per), inner)
+
+        ranked = sorted(combos, key=lambda c: (
+            self.comm_cost(c), sum(len(st.occ[g]) for g in c), *near(c), c))
+        out: list[tuple[int, ...]] = []
+        seen: set[tuple[object, ...]] = set()
+        for c in ranked:
+            key = alike(c)
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(c)
+            if len(out) == limit:
+                break
         return out
 
     def _hostable_by_machine(self, st: State, i: int) -> list[list[int]]:

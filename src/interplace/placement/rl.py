@@ -10,9 +10,10 @@ gang: :meth:`Problem.candidates`) it computes a feature vector :math:`x_{ic}` an
     \pi(c \mid i, \text{state}) = \operatorname{softmax}_c(\ell_c),
 
 with :math:`\phi, \rho` small MLPs shared by every job and candidate (a Deep Sets layer).
-Permuting the candidates permutes the scores, relabelling GPUs or machines changes nothing,
-and no feature names a job type or a GPU, so one policy trained on small machines serves any
-cluster size and job mix. At decision time it takes :math:`\arg\max_c \ell_c`.
+Permuting the candidates permutes the scores, and no feature names a job type or a GPU, so
+relabelling GPUs or machines changes a decision only where candidates tie (ties go to the
+first in GPU order) and one policy trained on small machines serves any cluster size and job
+mix. At decision time it takes :math:`\arg\max_c \ell_c`.
 
 Features (:data:`FEATURES`), all read off the model's posterior through the problem: the
 predicted objective gain of the candidate, its gap to the best candidate's, the job's speed
