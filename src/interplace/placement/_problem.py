@@ -1051,21 +1051,29 @@ class Problem:
         which shares GPU 0's PCIe switch.
         """
         nbrs = self.nbrs
+        held: dict[int, tuple[object, ...]] = {}
+        cost = {c: self.comm_cost(c) for c in combos}
 
-        def near(c: tuple[int, ...]) -> tuple[int, int]:  # neighbours' load, exposure
-            out = [(m.bit_count(), self.taken(st, h)) for g in c for h, m in nbrs[g] if h not in c]
-            return sum(w * k for w, k in out), sum(w for w, _ in out)
+        def hold(g: int) -> tuple[object, ...]:
+            h = held.get(g)
+            if h is None:
+                h = held[g] = holds(g)
+            return h
+
+        def rank(c: tuple[int, ...]) -> tuple[object, ...]:
+            near = [(m.bit_count(), self.taken(st, h)) for g in c for h, m in nbrs[g] if h not in c]
+            return (cost[c], sum(len(st.occ[g]) for g in c),  # ring, load,
+                    sum(w * k for w, k in near), sum(w for w, _ in near), c)  # near, exposure
 
         def alike(c: tuple[int, ...]) -> tuple[object, ...]:
             per = sorted(
-                (holds(g), tuple(sorted((m, holds(h)) for h, m in nbrs[g] if h not in c)))
+                (hold(g), tuple(sorted((m, hold(h)) for h, m in nbrs[g] if h not in c)))
                 for g in c
             )
             inner = tuple(sorted(m for g in c for h, m in nbrs[g] if h in c and h > g))
-            return (self.comm_cost(c), tuple(per), inner)
+            return (cost[c], tuple(per), inner)
 
-        ranked = sorted(combos, key=lambda c: (
-            self.comm_cost(c), sum(len(st.occ[g]) for g in c), *near(c), c))
+        ranked = sorted(combos, key=rank)
         out: list[tuple[int, ...]] = []
         seen: set[tuple[object, ...]] = set()
         for c in ranked:
