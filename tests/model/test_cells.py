@@ -21,6 +21,8 @@ from interplace.model import Hyper, InterferenceModel, Query, fit
 from interplace.model._cells import (
     OFFSET_BOUND,
     MeasuredPairs,
+    _cells_variance,
+    _pair_terms,
     _solve_offsets,
     borrowed_effects,
     borrowed_mates,
@@ -28,6 +30,7 @@ from interplace.model._cells import (
     complete_effects,
     extended_pairs,
     lifted_draws,
+    lifted_spread,
     measured_cells,
     pair_log_speed,
 )
@@ -369,6 +372,35 @@ def test_the_lift_is_the_most_a_measured_target_exceeds_the_speed_alone() -> Non
     torch.testing.assert_close(reached, target[job, co], rtol=0, atol=1e-8)
 
 
+@pytest.mark.parametrize("df", [4.0, 7.0])
+def test_the_lifted_spread_gives_back_the_lifts_variance(df: float) -> None:
+    # A pair's predictive variance is the variance of its log speed over the draws plus its
+    # Student-t spread's, df / (df - 2) tau^2. The lift widens the draws (v_up > v); the
+    # narrowed spread gives that back, so the sum is what it was without the lift. Before,
+    # the whole v_up - v came off tau^2: twice the variance at df = 4 (the sum fell by v_up -
+    # v). Exact arithmetic on the same draws: a tolerance of rounding only.
+    draws = _random_draws(True, seed=2)
+    n = 6
+    target = pair_log_speed(draws) - 0.05
+    lift = np.array([0.1, 0.0, 0.05, 0.0, 0.0, 0.0])
+    up = lifted_draws(draws, lift)
+    offset_up, offset = _solve_offsets(up, target), _solve_offsets(draws, target)
+    tau = 0.3
+    spread = lifted_spread(draws, up, target, offset_up, tau, lift, df=df)
+    cells = torch.arange(n * n)
+    v_up = _cells_variance(_pair_terms(up), offset_up, cells, n).reshape(n, n).numpy()
+    v = _cells_variance(_pair_terms(draws), offset, cells, n).reshape(n, n).numpy()
+    k = df / (df - 2)
+    rows = [0, 2]
+    assert bool((v_up[rows] > v[rows] + 1e-6).any())  # the lift did widen some pairs
+    assert bool((spread[rows] > tau / 10).all())  # none at the floor: the rule applies
+    np.testing.assert_allclose(v_up[rows] + k * spread[rows] ** 2, v[rows] + k * tau**2,
+                               rtol=0, atol=1e-10)
+    assert bool((spread[[1, 3, 4, 5]] == tau).all())  # jobs not lifted keep tau
+    # With df <= 2 the spread's variance is infinite: nothing to give back.
+    assert bool((lifted_spread(draws, up, target, offset_up, tau, lift, df=2.0) == tau).all())
+
+
 def test_extended_pairs_refuse_lifts_of_the_wrong_length(small_model: InterferenceModel) -> None:
     m = small_model.measured
     assert m is not None
@@ -383,10 +415,12 @@ def test_the_lift_keeps_each_unmeasured_pairs_predictive_variance(
     lifted_and_not: tuple[InterferenceModel, InterferenceModel],
 ) -> None:
     # The lift adds no information about a pair, only a larger slowdown from a raised speed
-    # alone, whose draws spread wider; the unknown effect's spread gives that back:
-    # v_up + tau_jk^2 = v_0 + tau^2 (unless floored at tau / 10), with v_up and v_0 the
+    # alone, whose draws spread wider; the unknown effect's Student-t spread (variance
+    # k tau^2, k = df / (df - 2), 2 at the default df = 4) gives that back:
+    # v_up + k tau_jk^2 = v_0 + k tau^2 (unless floored at tau / 10), with v_up and v_0 the
     # variance of the pair's log speed over the stage's own draws (the fit's seed and
     # MEASURED_DRAWS), lifted and not, which the predictive's draws reproduce exactly.
+    # (Before 2026-12-01 the spread gave back k times too much: v_up + tau_jk^2 = ...)
     lifted, plain = lifted_and_not
     m, m0 = lifted.measured, plain.measured
     assert m is not None and m0 is not None and m0.spread is None
@@ -402,7 +436,9 @@ def test_the_lift_keeps_each_unmeasured_pairs_predictive_variance(
         return v.numpy().reshape(len(rows), len(jobs))
 
     v_up, v_0 = variance(lifted), variance(plain)
-    want = np.sqrt(np.maximum(tau**2 - (v_up - v_0), (tau / 10) ** 2))
+    k = lifted.hyper.speed_df / (lifted.hyper.speed_df - 2)
+    assert k == 2.0
+    want = np.sqrt(np.maximum(tau**2 - (v_up - v_0) / k, (tau / 10) ** 2))
     np.testing.assert_allclose(m.spread[rows], want, rtol=1e-9)
     assert bool((m.spread[rows] < tau).any())  # some lifted pair did narrow
 

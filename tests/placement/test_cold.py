@@ -150,10 +150,11 @@ def test_a_lifted_fitted_job_next_to_an_added_one_keeps_the_unlifted_variance(
 ) -> None:
     # As the fit's own unmeasured pairs (tests/model/test_cells.py): the lift raises a fitted
     # job's speed alone, so its draws of a slowdown next to the new job spread wider, and
-    # the unknown effect's spread gives that back: v_up + tau_jk^2 = v_0 + tau^2 (unless
-    # floored at tau / 10), v_up and v_0 the variance of the pair's log speed over the
-    # stage's draws with the lift and with the isolated-reference bias lowered back and the
-    # offset solved again for the same target there.
+    # the unknown effect's Student-t spread (variance k tau^2, k = df / (df - 2)) gives that
+    # back: v_up + k tau_jk^2 = v_0 + k tau^2 (unless floored at tau / 10), v_up and v_0
+    # the variance of the pair's log speed over the stage's draws with the lift and with the
+    # isolated-reference bias lowered back and the offset solved again for the same target
+    # there.
     m2 = with_cold_jobs(small_model, {"new": {"gpu_util_pct": 80.0}})
     m = m2.measured
     assert m is not None and m.spread is not None
@@ -178,7 +179,8 @@ def test_a_lifted_fitted_job_next_to_an_added_one_keeps_the_unlifted_variance(
         p = model.posterior_speed(q, num_samples=MEASURED_DRAWS, seed=seed)
         return p.speed.log().var(0).numpy()
 
-    want = np.sqrt(np.maximum(tau**2 - (variance(m2) - variance(unlifted)), (tau / 10) ** 2))
+    k = m2.hyper.speed_df / (m2.hyper.speed_df - 2)
+    want = np.sqrt(np.maximum(tau**2 - (variance(m2) - variance(unlifted)) / k, (tau / 10) ** 2))
     np.testing.assert_allclose(m.spread[rows, n], want, rtol=1e-6)
     assert bool((m.spread[rows, n] < tau).any())  # some pair did narrow
 

@@ -126,7 +126,11 @@ and :math:`\hat\delta_{jk} = m_{jk}` for a pair never measured. The effect enter
 pressure offset :math:`c_{jk}` beside the pair term (:math:`e^{z_{jk} + c_{jk}}` scales
 co-runner ``k``'s pressure on ``j``), set so the pair's posterior mean log speed is
 :math:`\bar\mu_{jk} + \hat\delta_{jk}`; the guarantees above (monotone, 1 alone) hold.
-A measured pair's prediction then follows its measurement, up to the Monte Carlo error of the
+A measured pair's prediction then follows :math:`\hat\delta_{jk}`: its measurement where
+:math:`w_{jk}` is near 1 (Gavel: :math:`\sigma_m` = 2% against a misfit near 10%), between
+the measurement and the completion where the measurement noise is of the misfit's size (Lucid,
+seed 0's random split: :math:`\sigma_m` 0.026, :math:`\tau` 0.019, :math:`w` 0.36 for a pair
+measured once), up to the Monte Carlo error of the
 200 posterior draws the offsets are solved on (``MEASURED_DRAWS``; on Gavel's V100 data, at
 20,000 prediction draws, a median miss of 0.004 in log speed and 0.04 at most, 23 of 636
 pairs beyond the 2% measurement noise), and a new measurement next to a
@@ -153,9 +157,11 @@ speed alone with it, where the level passes 0: a pair measured faster than the r
 the record was low). The lift
 adds no information about a pair, but the structure's draws of the larger slowdown a lifted
 job then needs spread wider; each unmeasured pair's effect spread narrows by as much, to
-:math:`\tau_{jk}^2 = \max(\tau^2 - (v^\uparrow_{jk} - v_{jk}), \tau^2 / 100)` with
-:math:`v` the variance of its log speed over the draws, lifted and not
-(:func:`~interplace.model._cells.lifted_spread`), so its interval is as wide as before.
+:math:`\tau_{jk}^2 = \max(\tau^2 - \tfrac{\nu - 2}{\nu} (v^\uparrow_{jk} - v_{jk}),
+\tau^2 / 100)` with :math:`v` the variance of its log speed over the draws, lifted and not,
+and :math:`\nu` the Student-t's degrees of freedom (whose variance is :math:`\tfrac{\nu}{\nu
+- 2} \tau^2`; :func:`~interplace.model._cells.lifted_spread`), so its predictive variance is
+what it was before.
 
 *Cold jobs' demand scale.* Before that stage (``fit(cold_scale=True)``, the default;
 :mod:`interplace.model._coldscale`), each job without co-located runs has its posterior mean

@@ -105,16 +105,34 @@ same target, and the structure's draws of that larger slowdown spread wider (on 
 random splits the variance over the draws of a held-out pair's log speed rises by a median
 of :math:`0.016^2` to :math:`0.020^2`, 40-55% of :math:`\tau^2`), so a lifted fit whose
 intervals kept :math:`\tau` covered 0.956 of held-out speeds with 90% intervals. So each
-pair keeps the predictive variance it had without the lift:
+pair keeps the predictive variance it had without the lift. A Student-t spread of scale
+:math:`\tau` with :math:`\nu > 2` degrees of freedom has variance :math:`\tfrac{\nu}{\nu - 2}
+\tau^2` (:math:`2 \tau^2` at the default :math:`\nu = 4`), so
 
-.. math:: \tau_{jk}^2 = \max\bigl(\tau^2 - (v^\uparrow_{jk} - v_{jk}),
+.. math:: \tau_{jk}^2 = \max\bigl(\tau^2 - \tfrac{\nu - 2}{\nu} (v^\uparrow_{jk} - v_{jk}),
           (\tau / 10)^2\bigr),
 
 with :math:`v_{jk}` and :math:`v^\uparrow_{jk}` the variance over the draws of the pair's log
 speed at its offset, unlifted and lifted (``MeasuredPairs.spread``; equal, so
-:math:`\tau_{jk} = \tau`, for a job not lifted). A job added at placement time
+:math:`\tau_{jk} = \tau`, for a job not lifted; for :math:`\nu \le 2` the spread's variance
+is infinite and :math:`\tau_{jk} = \tau`). Before 2026-12-01 the rule took
+:math:`v^\uparrow_{jk} - v_{jk}` off :math:`\tau^2` whole, which took twice the lift's
+variance off the spread's: a lifted job's intervals were about 5% narrower than without the
+lift (``docs/benchmarks.md``). A job added at placement time
 (:func:`extended_pairs`) is not lifted and keeps :math:`\tau` as the victim; a lifted
 fitted job's pair with it is narrowed by the same rule.
+
+Two ways the intervals depart from the stage's own account (found by an audit on
+2026-12-01 and left as they are: the intervals' calibration is measured on held-out speeds,
+``docs/benchmarks.md``, not derived from this account). A measured pair's draws are the
+structure's, shifted by its offset to the target, so its posterior spread is the structure's
+over the draws, not the conjugate :math:`(1 - w_{jk}) \tau^2` of its effect (Lucid, seed 0's
+random split: a median sd of 0.024 in log speed against 0.016; no held-out row is a pair
+measured in training, so no held-out figure reads it, but ``stability``'s moves are in these
+sds). And :math:`\sigma_m` is read as a normal standard deviation (the repeats' spread, and
+in :math:`w_{jk}` and :math:`\tau`) but drawn as the scale of a Student-t, whose variance
+at :math:`\nu = 4` is :math:`2 \sigma_m^2`, so every interval's noise part is wider than
+the repeats show.
 
 The stage is a *cut*: the effects do not feed back into the structure. Fitting them jointly
 by SVI was tried (``docs/benchmarks.md``): with the measurement-noise prior the effects
@@ -321,8 +339,9 @@ def measurement_noise(obs: Observations, n_jobs: int, prior: float) -> tuple[flo
     A pair measured :math:`n_{jk} > 1` times (alone on one device) shows the noise of a
     measurement directly: its log speeds' spread about their mean. Pooled over the pairs,
     with the prior :math:`\sigma_0` (``prior``, ``Hyper.measure_noise``) worth
-    :math:`\nu_0` = :data:`NOISE_PRIOR_DF` degrees of freedom (the mean of the
-    scaled-inverse-:math:`\chi^2` posterior of a normal variance),
+    :math:`\nu_0` = :data:`NOISE_PRIOR_DF` degrees of freedom (the scale :math:`s^2` of the
+    scaled-inverse-:math:`\chi^2(\nu, s^2)` posterior of a normal variance, :math:`\nu = \nu_0
+    + \sum_{jk} (n_{jk} - 1)`; its mean is :math:`\nu / (\nu - 2)` times that),
 
     .. math:: \sigma_m^2 = \max\Bigl(\sigma_0^2,\ \frac{\nu_0 \sigma_0^2
               + \sum_{jk} \sum_r (y_{jkr} - \bar y_{jk})^2}{\nu_0 + \sum_{jk} (n_{jk} - 1)}
@@ -629,9 +648,10 @@ def _or_everyone(
 def _pair_terms(draws: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
     r"""What :func:`pair_log_speed` computes before the offset enters, each with draws first:
     the job's pressure ``(S, J, 1, R)``, the co-runner's pressure times :math:`e^{z_{jk}}`
-    ``(S, J, J, R)``, the job's sensitivity ``(S, J, 1, R)``, the threshold ``(S, 1, 1, R)``,
-    the isolated-reference bias ``(S, J, 1)`` and the job's own excess over the threshold,
-    :math:`\mathrm{sp}(p_{jr} - \theta_r)`, ``(S, J, 1, R)``."""
+    ``(S, J, J, R)`` (``(S, 1, J, R)`` without a pair term, :math:`z = 0`), the job's
+    sensitivity ``(S, J, 1, R)``, the threshold ``(S, 1, 1, R)``, the isolated-reference bias
+    ``(S, J, 1)`` and the job's own excess over the threshold, :math:`\mathrm{sp}(p_{jr} -
+    \theta_r)`, ``(S, J, 1, R)``."""
     press = pressure(draws["log_demand"], draws["log_intensity"])
     sens = sensitivity(
         draws["log_demand"], draws["sens_eps"], draws["sens_loc"], draws["sens_slope"],
@@ -818,11 +838,15 @@ def lifted_spread(
     terms: tuple[torch.Tensor, ...] | None = None,
     lifted_terms: tuple[torch.Tensor, ...] | None = None,
     columns: _IntArray | None = None,
+    df: float = 4.0,
 ) -> _FloatArray:
     r"""Each pair's :math:`\tau_{jk}` after the ceiling lift (module docstring,
     *Intervals*), ``(J, J)``: :math:`\tau` narrowed by what the lift added to the variance
-    of the pair's log speed over the draws, :math:`\max(\tau^2 - (v^\uparrow_{jk} - v_{jk}),
-    (\tau/10)^2)^{1/2}`. ``draws``, ``lifted``: the draws before and after the lift
+    of the pair's log speed over the draws, :math:`\max(\tau^2 - \tfrac{\nu - 2}{\nu}
+    (v^\uparrow_{jk} - v_{jk}), (\tau/10)^2)^{1/2}`, where a Student-t spread of scale
+    :math:`\tau` and ``df`` :math:`\nu > 2` has variance :math:`\tfrac{\nu}{\nu - 2}
+    \tau^2` (for :math:`\nu \le 2` its variance is infinite and :math:`\tau` is kept).
+    ``draws``, ``lifted``: the draws before and after the lift
     (:func:`lifted_draws`); ``target``: ``(J, J)`` the pairs' targets; ``offset``: ``(J, J)``
     the offsets that meet them under ``lifted``; ``lift``: ``(J,)``. Rows of jobs not lifted
     are :math:`\tau` (their draws and offsets are the same either way); the others' unlifted
@@ -849,7 +873,7 @@ def lifted_spread(
     n_jobs = target.shape[0]
     out = np.full((n_jobs, n_jobs), float(tau))
     rows = np.flatnonzero(lift > 0)
-    if rows.size == 0:
+    if rows.size == 0 or df <= 2:
         return out
     cols = np.arange(n_jobs) if columns is None else np.asarray(columns)
     cells = torch.as_tensor((rows[:, None] * n_jobs + cols[None, :]).reshape(-1))
@@ -858,7 +882,9 @@ def lifted_spread(
     before = _solve_offsets(draws, target, terms=terms, cells=cells)
     v0 = _cells_variance(terms, before, cells, n_jobs)
     v1 = _cells_variance(lifted_terms, offset, cells, n_jobs)
-    narrowed = np.sqrt(np.maximum(tau**2 - (v1 - v0).numpy(), (tau / 10) ** 2))
+    # The spread's variance is df / (df - 2) tau^2 (2 tau^2 at the default 4): giving back
+    # the lift's extra variance takes (df - 2) / df of it off tau^2.
+    narrowed = np.sqrt(np.maximum(tau**2 - (df - 2) / df * (v1 - v0).numpy(), (tau / 10) ** 2))
     out.reshape(-1)[cells.numpy()] = narrowed
     return out
 
@@ -873,6 +899,7 @@ def measured_pairs(
     family: _IntArray | None = None,
     readings: _FloatArray | None = None,
     lift_ceilings: bool = False,
+    df: float = 4.0,
 ) -> tuple[MeasuredPairs | None, dict[str, Any]]:
     r"""The second stage for ``obs`` (module docstring), or None without a measured pair.
 
@@ -888,7 +915,8 @@ def measured_pairs(
     match, with each pair's interval spread (:func:`lifted_spread`; its median as
     ``spread_median``), and ``measure_noise`` and ``repeats_df``, the measurement noise
     :math:`\sigma_m` used and the degrees of freedom of the repeats it was read from
-    (:func:`measurement_noise`, with ``measure_noise`` the prior).
+    (:func:`measurement_noise`, with ``measure_noise`` the prior). ``df``: the degrees of
+    freedom of the spreads' Student-t (``Hyper.speed_df``).
     """
     if not (structure_noise > 0 and measure_noise > 0):
         raise InputError("measured pairs: noise scales must be > 0")
@@ -934,7 +962,7 @@ def measured_pairs(
     spread = None
     if lift.any():
         spread = lifted_spread(unlifted, draws, target, offset, tau, lift,
-                               terms=unlifted_terms, lifted_terms=terms)
+                               terms=unlifted_terms, lifted_terms=terms, df=df)
         info["spread_median"] = float(np.median(spread))
     pairs = MeasuredPairs(
         job=job, co=co, log_speed=mean, n=counts, scale=float(tau),
@@ -994,6 +1022,7 @@ def extended_pairs(
     family: _IntArray | None = None,
     readings: _FloatArray | None = None,
     lift: _FloatArray | None = None,
+    df: float = 4.0,
 ) -> tuple[MeasuredPairs, list[int], list[int]]:
     r"""``pairs`` extended to jobs added after the fit (placement-time cold start): each added
     job borrows its row and column of effects as the fit's own cold jobs do (module docstring,
@@ -1017,7 +1046,8 @@ def extended_pairs(
     fit lent them, relative to the structure before the lift (an added job is not lifted).
     Spreads (where ``pairs`` has them): the ``J1 x J1`` block's are kept, an added job's row
     is :math:`\tau`, and a lifted fitted job's pair with an added job gets
-    :func:`lifted_spread`'s :math:`\tau_{jk}` (``draws`` hold the fitted jobs lifted).
+    :func:`lifted_spread`'s :math:`\tau_{jk}` (``draws`` hold the fitted jobs lifted; ``df``:
+    the spreads' degrees of freedom, ``Hyper.speed_df``).
     """
     n_fit = fit_draws["log_demand"].shape[-2]
     n_all = draws["log_demand"].shape[-2]
@@ -1068,7 +1098,7 @@ def extended_pairs(
         narrowed = lifted_spread(
             lifted_draws(draws, -up), draws, target.reshape(n_all, n_all),
             torch.as_tensor(offset), pairs.scale, up, columns=new,
-            terms=_lifted_terms(terms, -up), lifted_terms=terms,
+            terms=_lifted_terms(terms, -up), lifted_terms=terms, df=df,
         )
         spread[np.ix_(lifted_rows, new)] = narrowed[np.ix_(lifted_rows, new)]
     return MeasuredPairs(

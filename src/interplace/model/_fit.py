@@ -875,14 +875,14 @@ def fit(
     the demands that the isolated-run counters suggest. Optimisation is Adam with gradient
     clipping, at most ``steps`` steps. After ``min_steps``, the first time the mean ELBO loss
     of the last 100 steps improves on the previous 100 by less than ``rel_tol`` times the
-    number of observations, the learning rate drops tenfold (to settle the noisy iterates),
-    and the fit stops at the next such plateau at least 200 steps later. Pyro parameters live
-    in the guide module (``module_local_params``), never in Pyro's global store, and all
-    randomness comes from a private torch RNG state seeded by ``seed``: the same data and seed
-    give the same model on the same machine and build (on a CPU whose vectorised or BLAS
-    kernels round otherwise, SVI carries the last-bit differences into another fit, as
-    another seed would; ``info["build"]`` records what decides it, :func:`build_info`). SVI
-    runs with Pyro's validation switched off (and restored after):
+    number of observations and counter groups, the learning rate drops tenfold (to settle the
+    noisy iterates), and the fit stops at the next such plateau at least 200 steps later.
+    Pyro parameters live in the guide module (``module_local_params``), never in Pyro's
+    global store, and all randomness comes from a private torch RNG state seeded by
+    ``seed``: the same data and seed give the same model on the same machine and build (on a
+    CPU whose vectorised or BLAS kernels round otherwise, SVI carries the last-bit differences
+    into another fit, as another seed would; ``info["build"]`` records what decides it,
+    :func:`build_info`). SVI runs with Pyro's validation switched off (and restored after):
     the inputs are checked before, and a non-finite loss raises :class:`InputError`. Each step
     computes what Pyro's ``SVI`` with ``AutoNormal``, ``ClippedAdam`` and ``Trace_ELBO`` would,
     from the same draws, with none of Pyro's per-site tracing after the first step: the ELBO
@@ -1292,7 +1292,7 @@ def with_second_stage(
         pairs, completion = measured_pairs(
             obs, structure.draws(MEASURED_DRAWS, seed), structure.speed_noise(),
             structure.hyper.measure_noise, seed=seed, family=family, readings=readings,
-            lift_ceilings=lift_ceilings,
+            lift_ceilings=lift_ceilings, df=structure.hyper.speed_df,
         )
     lift = np.asarray(completion.pop("ceiling_lift", np.zeros(len(structure.jobs))), dtype=float)
     if lift.any():

@@ -216,7 +216,8 @@ class InterferenceModel:
     r"""A fitted model: its jobs, resources and counter metrics, and the variational posterior.
 
     ``posterior`` maps each latent site of :data:`interplace.model._net.SITES` (and, for a
-    model fitted with job families, :data:`~interplace.model._net.FAMILY_SITES`) to the
+    model fitted with job families, :data:`~interplace.model._net.FAMILY_SITES`; with a pair
+    term, ``rank > 0`` as by default, :data:`~interplace.model._net.PAIR_SITES`) to the
     ``(loc, scale)`` of its normal guide in unconstrained space (positive sites are the exp of
     it). ``info`` records how the model was fitted. ``families`` is each job's family (None:
     none, the plain prior), or None for a model fitted without families. Predictions draw from
@@ -336,7 +337,8 @@ class InterferenceModel:
         _check_num_samples(num_samples)
         gen = torch.Generator().manual_seed(check_seed(seed))
         out = {}
-        # Draw s from mixture component s mod K (stratified: each component's share is exact).
+        # Draw s from mixture component s mod K (stratified: each component's share is exact
+        # when num_samples is a multiple of K, within one draw otherwise).
         comp = torch.arange(num_samples) % self.components if self.components > 1 else None
         for name in self._site_names():  # fixed order: the same seed gives the same draws
             loc, scale = self.posterior[name]

@@ -276,6 +276,7 @@ def _with_borrowed_effects(
         family=family,
         readings=np.vstack([old, new]),
         lift=np.array([float(lifts.get(j, 0.0)) for j in model.jobs[:n_fit]]),
+        df=model.hyper.speed_df,
     )
     info = dict(grown.info)
     kept = dict(recorded) if isinstance(recorded, Mapping) else {}
