@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from interplace.datasets import synthetic
-from interplace.errors import InputError, check_output_file, is_int, is_real
+from interplace.errors import InputError, check_output_file, check_seed, is_int, is_real
 from interplace.model import fit
 from interplace.placement import MeasuredSpeeds
 
@@ -171,3 +171,9 @@ def test_replacing_a_directory_keeps_the_old_one_when_the_rename_fails(
         replace_dir(built, target)
     assert (target / "f").read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == [".model.new", "model"]
+
+
+def test_the_seed_limit_is_exclusive() -> None:
+    assert check_seed(2**63 - 1) == 2**63 - 1
+    with pytest.raises(InputError, match=r"seed must be an integer in \[0, 2\*\*63\)"):
+        check_seed(2**63)

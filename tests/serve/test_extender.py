@@ -3,6 +3,7 @@ applying replies as kube-scheduler's HTTP extender does, a fake API server."""
 
 from __future__ import annotations
 
+import copy
 import threading
 from pathlib import Path
 from typing import Any
@@ -569,6 +570,31 @@ def test_an_empty_node_list_is_a_list(served: tuple[Any, list[str]]) -> None:
     r = http.post("/filter", json={"Pod": pod("p", jobs[0], 1),
                                    "Nodes": {"metadata": {}, "items": None}, "NodeNames": None})
     assert r.status_code == 200 and r.json()["Nodes"]["items"] == []
+
+
+def test_preempt_matches_full_victims_without_a_uid(served: tuple[Any, list[str]]) -> None:
+    # Victims sent in full (NodeNameToVictims) without metadata.uid are matched by namespace
+    # and name: two 1-GPU pods evicted free two GPUs for a 2-GPU pod (an audit found no test
+    # that sent full victims without UIDs, so the name match could go unnoticed).
+    model, jobs = served
+    _, http = make(model, ["n1"], max_per_gpu=1)
+    sched = FakeScheduler(http)
+    full = [pod(f"f{k}", jobs[k % 4], 1) for k in range(8)]
+    for p in full:
+        assert sched.schedule(p, ["n1"]) == "n1"
+    victims = [copy.deepcopy(full[2]), copy.deepcopy(full[3])]
+    for v in victims:
+        del v["metadata"]["uid"]
+    sent = {"Pod": pod("big", jobs[0], 2), "NodeNameToMetaVictims": None,
+            "NodeNameToVictims": {"n1": {"Pods": victims, "NumPDBViolations": 0}}}
+    r = http.post("/preempt", json=sent)
+    assert r.status_code == 200, r.text
+    assert list(r.json()["NodeNameToMetaVictims"]) == ["n1"]
+    # One victim frees one GPU: not enough, the node is dropped.
+    sent["NodeNameToVictims"] = {"n1": {"Pods": victims[:1], "NumPDBViolations": 0}}
+    r = http.post("/preempt", json=sent)
+    assert r.status_code == 200, r.text
+    assert list(r.json()["NodeNameToMetaVictims"]) == []
 
 
 def test_preempt_keeps_the_nodes_whose_victims_free_enough_slots(

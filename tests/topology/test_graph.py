@@ -201,6 +201,10 @@ def test_graph_is_read_only_and_independent_of_the_builder() -> None:
 def test_natural_key_and_pcie_bandwidth() -> None:
     assert sorted(["n10:1", "n2:3", "n2:10"], key=natural_key) == ["n2:3", "n2:10", "n10:1"]
     assert pcie_gbps(16.0, 16) == pytest.approx(31.5077, rel=1e-4)
+    # Gen 1 and 2 (2.5 and 5 GT/s) code 8b/10b, Gen 3 on 128b/130b: 5 GT/s x16 is 8 GB/s.
+    assert pcie_gbps(5.0, 16) == pytest.approx(8.0)
+    assert pcie_gbps(2.5, 16) == pytest.approx(4.0)
+    assert pcie_gbps(8.0, 16) == pytest.approx(8 * 16 / 8 * 128 / 130)
     with pytest.raises(InputError):
         pcie_gbps(8.0, 0)
 
