@@ -572,16 +572,25 @@ def test_an_empty_node_list_is_a_list(served: tuple[Any, list[str]]) -> None:
     assert r.status_code == 200 and r.json()["Nodes"]["items"] == []
 
 
-def test_preempt_matches_full_victims_without_a_uid(served: tuple[Any, list[str]]) -> None:
-    # Victims sent in full (NodeNameToVictims) without metadata.uid are matched by namespace
-    # and name: two 1-GPU pods evicted free two GPUs for a 2-GPU pod (an audit found no test
-    # that sent full victims without UIDs, so the name match could go unnoticed).
+def _full_node(
+    served: tuple[Any, list[str]],
+) -> tuple[TestClient, list[dict[str, Any]], list[str]]:
+    """One node, n1, every GPU taken by a 1-GPU pod under max-per-gpu=1: the client, the
+    eight pods and the job types."""
     model, jobs = served
     _, http = make(model, ["n1"], max_per_gpu=1)
     sched = FakeScheduler(http)
     full = [pod(f"f{k}", jobs[k % 4], 1) for k in range(8)]
     for p in full:
         assert sched.schedule(p, ["n1"]) == "n1"
+    return http, full, jobs
+
+
+def test_preempt_matches_full_victims_without_a_uid(served: tuple[Any, list[str]]) -> None:
+    # Victims sent in full (NodeNameToVictims) without metadata.uid are matched by namespace
+    # and name: two 1-GPU pods evicted free two GPUs for a 2-GPU pod (an audit found no test
+    # that sent full victims without UIDs, so the name match could go unnoticed).
+    http, full, jobs = _full_node(served)
     victims = [copy.deepcopy(full[2]), copy.deepcopy(full[3])]
     for v in victims:
         del v["metadata"]["uid"]
@@ -602,12 +611,7 @@ def test_preempt_keeps_the_nodes_whose_victims_free_enough_slots(
 ) -> None:
     # kube-scheduler counts a node's GPUs, not the slots on each: with every GPU full under
     # max-per-gpu=1, evicting one pod cannot make room for a 2-GPU pod.
-    model, jobs = served
-    _, http = make(model, ["n1"], max_per_gpu=1)
-    sched = FakeScheduler(http)
-    full = [pod(f"f{k}", jobs[k % 4], 1) for k in range(8)]
-    for p in full:
-        assert sched.schedule(p, ["n1"]) == "n1"
+    http, full, jobs = _full_node(served)
     big = pod("big", jobs[0], 2)
     cpu_only = pod("cpu", None, 0)
 

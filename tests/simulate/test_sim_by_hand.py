@@ -22,20 +22,18 @@ from interplace.simulate import (
 )
 from interplace.topology import builtin
 
+Gpus = tuple[str, ...]
+
 
 class Fixed:
     """x and y share GPU 0; z runs on GPU 1, and w there once z is done."""
 
     name = "fixed"
 
-    def decide(
-        self,
-        queue: Sequence[SimJob],
-        running: Sequence[tuple[SimJob, tuple[str, ...]]],
-        now: float,
-    ) -> dict[str, tuple[str, ...]]:
+    def decide(self, queue: Sequence[SimJob], running: Sequence[tuple[SimJob, Gpus]],
+               now: float) -> dict[str, Gpus]:
         busy = {g for _, gpus in running for g in gpus}
-        out: dict[str, tuple[str, ...]] = {}
+        out: dict[str, Gpus] = {}
         for j in queue:
             if j.job_id in ("x", "y"):
                 out[j.job_id] = ("0",)
