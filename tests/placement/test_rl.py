@@ -137,6 +137,16 @@ def test_cli(tmp_path: Path, small_model: InterferenceModel,
     assert code == 2 and "--min-jobs 9 is above" in capsys.readouterr().err
 
 
+def test_max_min_reward_is_the_slowest_jobs_speed(toy: MeasuredSpeeds) -> None:
+    # max-min's reward is one job's speed (the slowest), not a sum over the jobs: it is
+    # reported as it is, not divided by the jobs placed (which gave at most 1/6 here). The
+    # toy table's slowest pair runs at 0.40, so a placement of 6-8 jobs on 8 GPUs, at most
+    # two a GPU, never gives a slowest job under 0.40.
+    policy = train_policy(toy, builtin("pcie-8gpu"), episodes=3, rollouts=2, num_samples=1,
+                          jobs_per_episode=(6, 8), objective="max-min", can_share=toy.can_share)
+    assert 0.4 <= policy.info["reward_per_job_last20"] <= 1.0
+
+
 def test_model_free_variant_round_trip(tmp_path: Path, toy: MeasuredSpeeds) -> None:
     topo = builtin("pcie-8gpu")
     policy = train_policy(toy, topo, episodes=4, rollouts=2, num_samples=1, seed=1,

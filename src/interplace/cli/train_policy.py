@@ -42,7 +42,8 @@ def _run(args: argparse.Namespace) -> int:
     save_policy(policy, out)
     sys.stdout.write(
         f"trained on {args.episodes} episodes x {args.rollouts} rollouts on {topology.name} "
-        f"(reward per job, last {min(20, args.episodes)} episodes: "
+        f"({'slowest job' if policy.info['objective'] == 'max-min' else 'reward per job'}, "
+        f"last {min(20, args.episodes)} episodes: "
         f"{policy.info['reward_per_job_last20']:.3f}) "
         f"-> {out}\n"
     )
