@@ -22,7 +22,10 @@ Decision (``decision``): for each seed, the exact best co-location of 12 and of 
 jobs (``--mixes`` seeded mixes of each) on the 8 GPUs of ``dgx-a100``, at most 2 per GPU,
 chosen on each predictor's speeds (the model's posterior means; each peer's predicted pair
 speeds), all fitted with 30% of the co-located runs held out, and scored with Gavel's
-*measured* speeds as a share of the measured optimum.
+*measured* speeds as a share of the measured optimum. Every predictor also runs as
+``<name>+measured``: the pairs measured in training at their measured mean speed, the rest
+its predictions (the model through :class:`interplace.placement.MeasuredOverModel`), so no
+predictor is scored without the measurements another is given.
 
 For every data set and split it fits the model once per seed (the seed picks both the split
 and the fit) and reports, per seed and as the median over seeds: the model's held-out MAE,
@@ -318,14 +321,24 @@ def _decision_one(
         "interplace": model,
         "interplace+measured": MeasuredOverModel(model, train.pairs()),
     }
+    # Each peer alone, and with the same training measurements taking precedence over its
+    # predictions (the measured mean speed of every pair measured in training), so that no
+    # predictor is scored without what the model's "+measured" row is given.
+    measured = train.pairs().groupby(["job", "co_runner"])["speed"].mean()
+    keys = pd.MultiIndex.from_frame(grid[["job", "co_runner"]])
+    known = keys.isin(measured.index)
     for name, make in PEERS.items():
         try:
             peer = make(train, None, seed)
         except Exception as exc:
             print(f"  peer {name} unavailable: {exc}", file=sys.stderr)
             continue
-        sources[name] = MeasuredSpeeds.from_pairs(
-            grid.assign(speed=np.maximum(peer.predict(grid), 0.0)), forbidden=inf
+        speed = np.maximum(np.asarray(peer.predict(grid), dtype=float), 0.0)
+        sources[name] = MeasuredSpeeds.from_pairs(grid.assign(speed=speed), forbidden=inf)
+        speed = speed.copy()
+        speed[known] = measured.reindex(keys[known]).to_numpy(dtype=float)
+        sources[f"{name}+measured"] = MeasuredSpeeds.from_pairs(
+            grid.assign(speed=speed), forbidden=inf
         )
     rng = np.random.default_rng(1000 + seed)
     out: dict[str, list[float]] = {k: [] for k in sources}
@@ -449,7 +462,9 @@ def main() -> None:
     }
     if args.no_lift_ceilings:
         fit_kwargs["lift_ceilings"] = False
-    results: dict[str, Any] = {"seeds": args.seeds, "fit": dict(fit_kwargs), "splits": []}
+    results: dict[str, Any] = {
+        "command": " ".join(sys.argv), "seeds": args.seeds, "fit": dict(fit_kwargs), "splits": [],
+    }
     if args.iso_bias_scale is not None:
         fit_kwargs["hyper"] = Hyper(
             iso_bias_scale_loc=math.log(args.iso_bias_scale), iso_bias_scale_scale=0.1

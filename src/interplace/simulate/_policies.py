@@ -9,7 +9,8 @@
   job shares a GPU only when that raises the total predicted speed, so with an idle queue it
   waits for a free GPU instead of slowing a running job.
 - ``interplace-greedy``: the same with ``greedy``; ``interplace-rl``: the packaged ``rl``
-  policy on the model (it places every job it can).
+  policy on the same source, the model under the measured pairs (it places every job it
+  can).
 - ``oracle``: the ``interplace`` decision procedure fed the measured speeds themselves.
 
 The first four and ``oracle`` read no fitted model for a decision (:data:`MODEL_FREE`): a
