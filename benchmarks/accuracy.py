@@ -322,23 +322,22 @@ def _decision_one(
         "interplace+measured": MeasuredOverModel(model, train.pairs()),
     }
     # Each peer alone, and with the same training measurements taking precedence over its
-    # predictions (the measured mean speed of every pair measured in training), so that no
-    # predictor is scored without what the model's "+measured" row is given.
-    measured = train.pairs().groupby(["job", "co_runner"])["speed"].mean()
-    keys = pd.MultiIndex.from_frame(grid[["job", "co_runner"]])
-    known = keys.isin(measured.index)
+    # predictions (from_pairs averages a pair's rows: a measured pair's are the measurements
+    # alone), so that no predictor is scored without what the model's "+measured" row is given.
+    measured = train.pairs()[["job", "co_runner", "speed"]]
+    unmeasured = ~pd.MultiIndex.from_frame(grid).isin(
+        pd.MultiIndex.from_frame(measured[["job", "co_runner"]])
+    )
     for name, make in PEERS.items():
         try:
             peer = make(train, None, seed)
         except Exception as exc:
             print(f"  peer {name} unavailable: {exc}", file=sys.stderr)
             continue
-        speed = np.maximum(np.asarray(peer.predict(grid), dtype=float), 0.0)
-        sources[name] = MeasuredSpeeds.from_pairs(grid.assign(speed=speed), forbidden=inf)
-        speed = speed.copy()
-        speed[known] = measured.reindex(keys[known]).to_numpy(dtype=float)
+        predicted = grid.assign(speed=np.maximum(peer.predict(grid), 0.0))
+        sources[name] = MeasuredSpeeds.from_pairs(predicted, forbidden=inf)
         sources[f"{name}+measured"] = MeasuredSpeeds.from_pairs(
-            grid.assign(speed=speed), forbidden=inf
+            pd.concat([predicted[unmeasured], measured]), forbidden=inf
         )
     rng = np.random.default_rng(1000 + seed)
     out: dict[str, list[float]] = {k: [] for k in sources}
