@@ -3,14 +3,17 @@
 Run: ``python benchmarks/accuracy.py [--seeds 0 1 2] [--lucid ../shared/datasets/lucid]
 [--out results.json] [--parts gavel lucid denoise ablation decision] [--families none model]
 [--gavel v100 p100 k80] [--workers 2] [--mixes 5] [--restarts K] [--temper LAMBDA]
-[--lucid-splits random cold] [--no-fit-time] [--no-lift-ceilings] [--iso-bias-scale S]``
+[--lucid-splits random cold] [--no-fit-time] [--no-lift-ceilings] [--iso-bias-scale S]
+[--no-counter-kernel]``
 
 ``--restarts`` and ``--temper`` pass those options to every fit (default: the library's own,
 which pools four tempered restarts on Gavel-sized data and fits Lucid once);
 ``--no-lift-ceilings`` fits with ``fit(lift_ceilings=False)`` (the default until the
 fifteenth session); ``--iso-bias-scale S`` centres the prior of the isolated-reference error's
 scale :math:`\\omega` at ``S`` with spread 0.1 (``Hyper(iso_bias_scale_loc=log S,
-iso_bias_scale_scale=0.1)``; the library's is ``log 0.03`` and 0.5).
+iso_bias_scale_scale=0.1)``; the library's is ``log 0.03`` and 0.5); ``--no-counter-kernel``
+fits with ``Hyper(cold_kernel_weight=0)``, without the counter kernel in the cold jobs' pairs
+(the default before the forty-third session).
 
 Peers: every split also scores the peer predictors of :mod:`interplace.model._peers` on the
 same split (soft-impute matrix completion with inner-CV rank and shrinkage, scikit-learn
@@ -434,6 +437,12 @@ def main() -> None:
         "(Hyper(iso_bias_scale_loc=log S, iso_bias_scale_scale=0.1); default: the library's)",
     )
     ap.add_argument(
+        "--no-counter-kernel",
+        action="store_true",
+        help="fit option: Hyper(cold_kernel_weight=0), no counter kernel in the cold jobs' "
+        "pairs (default: the library's, 0.5)",
+    )
+    ap.add_argument(
         "--lucid-splits",
         nargs="+",
         choices=("random", "cold"),
@@ -464,11 +473,15 @@ def main() -> None:
     results: dict[str, Any] = {
         "command": " ".join(sys.argv), "seeds": args.seeds, "fit": dict(fit_kwargs), "splits": [],
     }
+    hyper: dict[str, float] = {}
     if args.iso_bias_scale is not None:
-        fit_kwargs["hyper"] = Hyper(
-            iso_bias_scale_loc=math.log(args.iso_bias_scale), iso_bias_scale_scale=0.1
-        )
+        hyper.update(iso_bias_scale_loc=math.log(args.iso_bias_scale), iso_bias_scale_scale=0.1)
         results["fit"]["iso_bias_scale"] = args.iso_bias_scale
+    if args.no_counter_kernel:
+        hyper["cold_kernel_weight"] = 0.0
+        results["fit"]["cold_kernel_weight"] = 0.0
+    if hyper:
+        fit_kwargs["hyper"] = Hyper(**hyper)
     families = [None if f == "none" else f for f in args.families]
     for gpu in args.gavel if "gavel" in args.parts else ():
         for family in families:

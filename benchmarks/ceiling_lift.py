@@ -48,13 +48,13 @@ def one(task: tuple[str, str, str, int, str]) -> dict[str, Any]:
     start = time.perf_counter()
     structure = fit(train, seed=seed, measured=False, family=fam_col)
     fit_s = time.perf_counter() - start
-    obs, fam, readings = stage_inputs(structure, train)
+    obs, fam, readings, below = stage_inputs(structure, train)
     y = test["speed"].to_numpy(float)
     row: dict[str, Any] = {"data": name, "split": kind, "family": family, "seed": seed,
                            "fit_seconds": fit_s}
     for lift in (False, True):
         model, ell, _ = with_second_stage(structure, obs, seed=seed, family=fam,
-                                          readings=readings, lift_ceilings=lift)
+                                          readings=readings, lift_ceilings=lift, below=below)
         post = model.posterior_speed(row_queries(test), seed=seed)
         row["lifted" if lift else "not"] = {
             "mae": float(np.abs(post.mean - y).mean()),

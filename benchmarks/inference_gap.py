@@ -50,6 +50,7 @@ from _results import save_json
 from interplace.datasets import CoLocationData, load_gavel, load_lucid
 from interplace.model import InterferenceModel, fit
 from interplace.model._cells import lifted_draws, measured_pairs
+from interplace.model._counterkernel import floored
 from interplace.model._evaluate import holdout_split, row_queries, score
 from interplace.model._fit import stage_inputs, with_second_stage
 from interplace.model._peers import fit_soft_impute
@@ -82,8 +83,9 @@ def _split(name: str, seed: int) -> tuple[Any, Any, dict[str, Any], Interference
     # isolated-reference bias, so the structure is kept from before it.
     start = time.perf_counter()
     structure = fit(train, seed=seed, measured=False)
-    obs, fam, readings = stage_inputs(structure, train)
-    full, _, _ = with_second_stage(structure, obs, seed=seed, family=fam, readings=readings)
+    obs, fam, readings, below = stage_inputs(structure, train)
+    full, _, _ = with_second_stage(structure, obs, seed=seed, family=fam, readings=readings,
+                                   below=below)
     row["svi"] = {
         "structure": _scores(structure, test, 500),
         "with_stage": _scores(full, test, 500),
@@ -102,10 +104,13 @@ def _score_draws(structure: InterferenceModel, train: Any, test: Any, seed: int,
                               for f in dataclasses.fields(InterferenceModel) if f.init},
                            samples=draws)
     noise = float(draws["speed_noise"].median())
-    obs, fam, readings = stage_inputs(structure, train)
-    # The default's stage, lift included: the offsets are relative to the lifted draws.
+    obs, fam, readings, below = stage_inputs(structure, train)
+    # The default's stage, lift and counter kernel included: the offsets are relative to the
+    # lifted draws.
     pairs, info = measured_pairs(obs, draws, noise, structure.hyper.measure_noise, seed=seed,
-                                 family=fam, readings=readings, lift_ceilings=True)
+                                 family=fam, readings=readings, lift_ceilings=True,
+                                 kernel_weight=structure.hyper.cold_kernel_weight,
+                                 kernel_readings=floored(readings, below))
     staged = dataclasses.replace(
         sampled, samples=lifted_draws(draws, np.asarray(info["ceiling_lift"])), measured=pairs
     )

@@ -552,6 +552,18 @@ def test_fit_takes_no_lift_ceilings(
     assert default.measured is not None and default.measured.spread is not None
 
 
+def test_fit_takes_no_counter_kernel(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, fitted: Fitted
+) -> None:
+    _, loaded = _fit_with(
+        capsys, fitted, tmp_path / "model", "--no-counter-kernel", "--steps", STEPS,
+        "--restarts", "1", "--quiet",
+    )
+    assert loaded.hyper.cold_kernel_weight == 0.0
+    assert loaded.measured is not None and loaded.measured.kernel is None
+    assert "counter_kernel" not in loaded.info["completion"]
+
+
 def test_fit_takes_restarts_and_temper(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, fitted: Fitted
 ) -> None:

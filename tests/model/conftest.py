@@ -33,3 +33,19 @@ def small_model_rank0(small_data: CoLocationData) -> InterferenceModel:
         small_data, seed=0, steps=SMALL_STEPS, min_steps=SMALL_STEPS, rank=0, measured=False,
         restarts=1,
     )
+
+
+@pytest.fixture(scope="session")
+def cold_data() -> tuple[CoLocationData, list[str]]:
+    """Eight synthetic jobs, two of them cold (every co-located run held out): enough
+    measured pairs between jobs with readings for the counter kernel."""
+    from interplace.model import cold_split
+
+    train, _, cold = cold_split(synthetic(8, seed=2, samples_per_run=8), cold_jobs=2, seed=0)
+    return train, cold
+
+
+@pytest.fixture(scope="session")
+def cold_model(cold_data: tuple[CoLocationData, list[str]]) -> InterferenceModel:
+    """A fit with the counter kernel averaged into its cold jobs' pairs (the default)."""
+    return fit(cold_data[0], seed=0, steps=SMALL_STEPS, min_steps=SMALL_STEPS)

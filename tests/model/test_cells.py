@@ -784,10 +784,10 @@ def test_the_stage_added_to_a_fitted_structure_is_fit_s_own(
     kw = {"seed": 0, "steps": 60, "min_steps": 60, "restarts": 1, "family": family}
     default = fit(small_data, **kw)  # type: ignore[arg-type]
     structure = fit(small_data, measured=False, **kw)  # type: ignore[arg-type]
-    obs, fam, readings = stage_inputs(structure, small_data)
+    obs, fam, readings, below = stage_inputs(structure, small_data)
     assert (fam is None) == (family is None)
     added, lift, completion = with_second_stage(
-        structure, obs, seed=0, family=fam, readings=readings
+        structure, obs, seed=0, family=fam, readings=readings, below=below
     )
     assert default.info["ceiling_lift"] == {
         structure.jobs[j]: float(lift[j]) for j in np.flatnonzero(lift > 0)

@@ -24,6 +24,8 @@ from interplace.model import (
     job_families,
 )
 from interplace.model._cells import pair_log_speed
+from interplace.model._coldscale import below_array, readings_array
+from interplace.model._counterkernel import floored
 from interplace.model._fit import MEASURED_DRAWS
 
 
@@ -203,8 +205,19 @@ def test_a_family_fit_fills_its_cold_members_pairs(family_model: InterferenceMod
     jobs = family_model.jobs
     a3, mates = jobs.index("a3"), [jobs.index(j) for j in ("a0", "a1", "a2")]
     others = [k for k in range(len(jobs)) if k != a3]
+    borrowed = effect[mates][:, others].mean(0)
+    # Then averaged with the counter kernel's (interplace.model._cells.kernel_blended), on
+    # the readings the fit recorded (a3 is not lifted, so its row's frame is the draws').
+    assert m.kernel is not None and m.kernel_weight == 0.5
+    info = family_model.info
+    readings = floored(
+        readings_array(info["isolated_readings"], jobs, family_model.resources),
+        below_array(info["isolated_below_floor"], jobs, family_model.resources),
+    )
+    g = m.kernel.log_speed(m.job, m.co, m.log_speed, m.n.astype(float), readings,
+                           np.full(len(others), a3), np.asarray(others))
     np.testing.assert_allclose(
-        m.expected[a3, others], effect[mates][:, others].mean(0), rtol=0, atol=1e-9
+        m.expected[a3, others], 0.5 * borrowed + 0.5 * (g - mu[a3, others]), rtol=0, atol=1e-9
     )
 
 

@@ -299,6 +299,8 @@ def test_bad_fit_options_are_one_line_errors(option: dict[str, object], message:
         ({"measure_noise": 0.0}, "hyper-parameter measure_noise must be > 0"),
         ({"speed_df": "4"}, "hyper-parameter speed_df must be a finite number, not '4'"),
         ({"demand_loc": math.inf}, "hyper-parameter demand_loc must be a finite number"),
+        ({"cold_kernel_weight": 1.5}, r"cold_kernel_weight must lie in \[0, 1\], not 1.5"),
+        ({"cold_kernel_weight": -0.1}, r"cold_kernel_weight must lie in \[0, 1\]"),
     ],
 )
 def test_bad_hyper_parameters_are_input_errors(values: dict[str, object], message: str) -> None:

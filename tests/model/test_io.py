@@ -46,6 +46,14 @@ def _edit_meta(directory: Path, change: Callable[[dict[str, Any]], Any]) -> None
     (directory / META).write_text(json.dumps(meta if new is None else new))
 
 
+def _as_version(meta: dict[str, Any], version: int) -> None:
+    """``meta`` as an older format wrote it: before version 10, ``measured`` held the scales
+    alone (no counter kernel)."""
+    meta["format_version"] = version
+    if version < 10 and meta.get("measured") is not None:
+        meta["measured"] = {k: meta["measured"][k] for k in ("scale", "noise")}
+
+
 def _edit_tensors(directory: Path, change: Callable[[dict[str, torch.Tensor]], object]) -> None:
     tensors = load_file(str(directory / WEIGHTS))
     change(tensors)
@@ -390,14 +398,14 @@ def test_a_model_without_a_measured_spread_loads_with_tau(saved: Path) -> None:
         del t["measured.spread"]
 
     _edit_tensors(saved, drop)
-    _edit_meta(saved, lambda m: m.update(format_version=7))
+    _edit_meta(saved, lambda m: _as_version(m, 7))
     m = InterferenceModel.load(saved).measured
     assert m is not None and m.spread is None
     assert bool((m.spreads(3) == m.scale).all())
 
 
 def test_a_version_7_model_with_a_measured_spread_is_refused(saved: Path) -> None:
-    _edit_meta(saved, lambda m: m.update(format_version=7))
+    _edit_meta(saved, lambda m: _as_version(m, 7))
     with pytest.raises(InputError, match="version 7 model has no measured-pair spread"):
         InterferenceModel.load(saved)
 
@@ -422,7 +430,44 @@ def test_measured_pair_tensors_without_their_description_are_refused(saved: Path
 
 def test_a_malformed_measured_description_is_refused(saved: Path) -> None:
     _edit_meta(saved, lambda m: m.update(measured={"scale": 0.1}))
-    with pytest.raises(InputError, match="measured must hold scale and noise"):
+    with pytest.raises(InputError, match="measured must hold kernel, kernel_weight, noise, scale"):
+        InterferenceModel.load(saved)
+
+
+def test_the_counter_kernel_round_trips(cold_model: InterferenceModel, tmp_path: Path) -> None:
+    saved = cold_model.save(tmp_path / "model")
+    loaded = InterferenceModel.load(saved).measured
+    assert cold_model.measured is not None and cold_model.measured.kernel is not None
+    assert loaded is not None and loaded.kernel == cold_model.measured.kernel
+    assert loaded.kernel_weight == cold_model.measured.kernel_weight == 0.5
+
+
+def test_a_version_9_model_loads_without_a_counter_kernel(saved: Path) -> None:
+    # Saved before the kernel: its measured description holds the scales alone.
+    _edit_meta(saved, lambda m: _as_version(m, 9))
+    m = InterferenceModel.load(saved).measured
+    assert m is not None and m.kernel is None and m.kernel_weight == 0.0
+
+
+@pytest.mark.parametrize(
+    ("kernel", "message"),
+    [
+        ({"length": 1.0}, "measured kernel must hold length, scale"),
+        ({"length": -1.0, "scale": 0.3, "level": 0.1, "noise": 0.1, "columns": [0],
+          "centre": [0.0], "spread": [1.0]}, "length must be a finite float > 0"),
+        ({"length": 1.0, "scale": 0.3, "level": 0.1, "noise": 0.1, "columns": ["x"],
+          "centre": [0.0], "spread": [1.0]}, "measured kernel: invalid literal"),
+    ],
+)
+def test_a_malformed_counter_kernel_is_refused(
+    cold_model: InterferenceModel, tmp_path: Path, kernel: dict[str, Any], message: str
+) -> None:
+    saved = cold_model.save(tmp_path / "model")
+    _edit_meta(saved, lambda m: m["measured"].update(kernel=kernel))
+    with pytest.raises(InputError, match=message):
+        InterferenceModel.load(saved)
+    _edit_meta(saved, lambda m: m["measured"].update(kernel=None, kernel_weight="half"))
+    with pytest.raises(InputError, match="kernel_weight must be a number"):
         InterferenceModel.load(saved)
 
 
@@ -438,7 +483,7 @@ def test_a_non_finite_measured_speed_is_refused(saved: Path) -> None:
 
 
 def test_a_negative_measured_scale_is_refused(saved: Path) -> None:
-    _edit_meta(saved, lambda m: m.update(measured={"scale": -0.1, "noise": 0.02}))
+    _edit_meta(saved, lambda m: m["measured"].update(scale=-0.1))
     with pytest.raises(InputError, match="scale must be a finite float > 0"):
         InterferenceModel.load(saved)
 

@@ -142,7 +142,8 @@ def add_fit_args(p: argparse.ArgumentParser) -> None:
 
 def add_rank_arg(p: argparse.ArgumentParser) -> None:
     """``--rank`` (the largest rank of the model's low-rank pair term), ``--structure-only``
-    (no measured-pair stage), ``--no-cold-scale``, ``--no-lift-ceilings``, ``--restarts``,
+    (no measured-pair stage), ``--no-cold-scale``, ``--no-counter-kernel``,
+    ``--no-lift-ceilings``, ``--restarts``,
     ``--temper`` and ``--lr`` (the inference), for fit and evaluate."""
     p.add_argument(
         "--rank",
@@ -162,6 +163,13 @@ def add_rank_arg(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="leave the demand of jobs without co-located runs where their counters put it, "
         "instead of on the scale the fitted jobs' demand has against their counters",
+    )
+    p.add_argument(
+        "--no-counter-kernel",
+        action="store_true",
+        help="predict a job without co-located runs from its mechanism and its nearest "
+        "measured jobs alone, not also from a regression of the measured pairs on both jobs' "
+        "counters (Hyper.cold_kernel_weight 0; the default averages the two)",
     )
     p.add_argument(
         "--no-lift-ceilings",
@@ -229,8 +237,10 @@ def fit_steps(info: Mapping[str, Any]) -> str:
 
 def rank_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """``rank``, ``restarts``, ``temper`` and ``lr`` where given, ``measured=False`` for
-    ``--structure-only``, ``cold_scale=False`` for ``--no-cold-scale`` and
-    ``lift_ceilings=False`` for ``--no-lift-ceilings`` (otherwise the library's defaults)."""
+    ``--structure-only``, ``cold_scale=False`` for ``--no-cold-scale``,
+    ``lift_ceilings=False`` for ``--no-lift-ceilings`` and ``hyper`` with
+    ``cold_kernel_weight=0`` for ``--no-counter-kernel`` (otherwise the library's
+    defaults)."""
     out: dict[str, Any] = {
         k: getattr(args, k) for k in ("rank", "restarts", "temper", "lr")
         if getattr(args, k) is not None
@@ -241,6 +251,10 @@ def rank_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         out["cold_scale"] = False
     if args.no_lift_ceilings:
         out["lift_ceilings"] = False
+    if args.no_counter_kernel:
+        from interplace.model import Hyper
+
+        out["hyper"] = Hyper(cold_kernel_weight=0.0)
     return out
 
 

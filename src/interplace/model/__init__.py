@@ -141,7 +141,20 @@ victim takes as its :math:`m_{jk}` the mean effect against each co-runner of its
 (its family's measured members in a fit with families, or else the five measured jobs
 nearest to it by isolated counters), and a job never measured as a co-runner its mates'
 as co-runners (rows first, then columns; :func:`~interplace.model._cells.borrowed_effects`),
-where the completion would give it the population's mean.
+where the completion would give it the population's mean. That pair's effect is then
+averaged with a *counter kernel*'s (:mod:`interplace.model._counterkernel`): a Gaussian
+process regression of the measured pairs' mean log speeds on both jobs' standardised log
+isolated readings, with a level of each job's own on each side,
+:math:`y_c = m + f(z_{j_c}, z_{k_c}) + a_{j_c} + b_{k_c} + \varepsilon_c`, whose
+length scale and spreads are chosen by cross-validation across jobs (each fold's jobs lose
+every pair they are in); with :math:`\hat g_{jk}` its posterior mean and :math:`w` =
+``Hyper.cold_kernel_weight`` (0.5; 0 leaves it out),
+:math:`\delta_{jk} \leftarrow (1 - w)\, \delta_{jk} + w\, (\hat g_{jk} - \bar\mu_{jk})`
+(:func:`~interplace.model._cells.kernel_blended`; ``info["completion"]["counter_kernel"]``),
+for pairs between two jobs with every reading the kernel uses. The mechanism reads a cold
+job through its fitted demand and the mates through five neighbours; the kernel reads how
+pairs of jobs with such readings ran, all of them at once (on Lucid's cold-start splits,
+``docs/benchmarks.md``, "The counter kernel for cold jobs").
 
 *Ceilings.* A speed is relative to the job's recorded isolated throughput, and every speed
 of the job next to a co-runner on its GPU shares the level :math:`\beta_j` (above). Since a

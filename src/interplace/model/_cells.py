@@ -54,6 +54,23 @@ cold-start splits, ``docs/benchmarks.md``. A job added after the fit from its co
 jobs' effects, rebuilt from the stage's own draws (:func:`extended_pairs`); one with
 neither a family nor a reading there borrows from every measured job.
 
+*Cold jobs' counters.* A borrowed effect reads a cold job through five neighbours. Where
+the jobs have isolated counter readings, the stage also fits a *counter kernel*
+(:mod:`interplace.model._counterkernel`): a Gaussian process regression of the measured
+pairs' mean log speeds :math:`\bar y_{jk}` on both jobs' standardised log readings with a
+level of each job's own on each side, its hyper-parameters chosen by cross-validation across
+jobs (:func:`~interplace.model._counterkernel.fit_counter_kernel`). Each unmeasured pair
+whose victim was never measured as a victim or whose co-runner was never measured as a
+co-runner, between two jobs with every reading the kernel uses, has its effect averaged with
+the kernel's, :math:`w` = ``Hyper.cold_kernel_weight`` (default 0.5; 0: no kernel),
+
+.. math:: \delta_{jk} \leftarrow (1 - w)\, \delta_{jk} + w\, (\hat g_{jk} - \bar\mu_{jk})
+
+(:func:`kernel_blended`), so that the pair's target is the weighted mean of the structure's
+prediction with its borrowed effect and the kernel's, :math:`(1 - w)(\bar\mu_{jk} +
+\delta_{jk}) + w \hat g_{jk}`. Jobs added after the fit get the same from the kernel,
+rebuilt from the stored pairs (:func:`extended_pairs`).
+
 *Offsets, not additions.* The effect does not enter the speed as a term: it sets a pressure
 offset :math:`c_{jk}`, which scales co-runner ``k``'s pressure on ``j`` by :math:`e^{c_{jk}}`
 on every resource they share (as the low-rank term does,
@@ -153,6 +170,7 @@ import numpy as np
 import torch
 
 from interplace.errors import InputError
+from interplace.model._counterkernel import CounterKernel, fit_counter_kernel
 from interplace.model._data import Observations
 from interplace.model._net import KAPPA, _softplus, pressure, sensitivity
 from interplace.model._softimpute import (
@@ -176,6 +194,7 @@ __all__ = [
     "ceiling_lift",
     "complete_effects",
     "extended_pairs",
+    "kernel_blended",
     "lifted_draws",
     "lifted_spread",
     "measured_cells",
@@ -205,10 +224,13 @@ class MeasuredPairs:
     ``(J0, J0)`` the pressure offsets :math:`c_{jk}` in
     ``[-OFFSET_BOUND, OFFSET_BOUND]``; ``spread``: ``(J0, J0)`` each unmeasured pair's
     :math:`\tau_{jk}` (module docstring, *Intervals*; > 0), or None for :math:`\tau` on
-    every pair (a fit that lifted no ceiling, and models saved before format version 8).
-    Jobs added after the fit (placement-time cold start) get rows and columns of their own
-    where the fit recorded its jobs' isolated readings (:func:`extended_pairs`, so ``J0`` may
-    exceed the fitted jobs), and zeros otherwise.
+    every pair (a fit that lifted no ceiling, and models saved before format version 8);
+    ``kernel``, ``kernel_weight``: the counter kernel a cold job's pairs were averaged with,
+    and :math:`w` (module docstring, *Cold jobs' counters*; None and 0 for none, as in
+    models saved before format version 10). Jobs added after the fit (placement-time cold
+    start) get rows and columns of their own where the fit recorded its jobs' isolated
+    readings (:func:`extended_pairs`, so ``J0`` may exceed the fitted jobs), and zeros
+    otherwise.
     """
 
     job: _IntArray
@@ -220,6 +242,8 @@ class MeasuredPairs:
     expected: _FloatArray
     offset: _FloatArray
     spread: _FloatArray | None = None
+    kernel: CounterKernel | None = None
+    kernel_weight: float = 0.0
 
     def __post_init__(self) -> None:
         c = self.job.shape
@@ -253,6 +277,11 @@ class MeasuredPairs:
             raise InputError(f"measured pairs: offsets must lie in +-{OFFSET_BOUND}")
         if c[0] and max(int(self.job.max()), int(self.co.max())) >= self.expected.shape[0]:
             raise InputError("measured pairs: a pair's job index lies outside expected")
+        if self.kernel is not None and not isinstance(self.kernel, CounterKernel):
+            raise InputError("measured pairs: kernel must be a CounterKernel or None")
+        w = self.kernel_weight
+        if not (isinstance(w, float) and 0.0 <= w <= 1.0):
+            raise InputError(f"measured pairs: kernel_weight must be a float in [0, 1], not {w!r}")
 
     def __len__(self) -> int:
         return int(self.job.shape[0])
@@ -631,6 +660,45 @@ def _borrow(
     return out, row_mates, col_mates, everyone | more
 
 
+def kernel_blended(
+    effect: _FloatArray, mu: _FloatArray,
+    pairs: tuple[_IntArray, _IntArray, _FloatArray, np.ndarray[Any, Any]],
+    readings: _FloatArray, kernel: CounterKernel, weight: float,
+    cells: np.ndarray[Any, np.dtype[np.bool_]] | None = None,
+) -> tuple[_FloatArray, int]:
+    r"""``effect`` (``(J, J)``) with each cold pair's effect averaged with the counter
+    kernel's (module docstring, *Cold jobs' counters*): :math:`\delta_{jk} \leftarrow (1 - w)
+    \delta_{jk} + w (\hat g_{jk} - \mu_{jk})`.
+
+    ``mu``: ``(J, J)`` the structure's mean log speed of each pair, the frame of ``effect``;
+    ``pairs``: the measured pairs' ``(job, co, log_speed, n)``, ``(C,)`` each; ``readings``:
+    ``(J, R)`` log isolated readings (NaN: none). A cold pair is one not measured whose victim
+    was never measured as a victim or whose co-runner was never measured as a co-runner,
+    between two jobs with every reading the kernel uses; ``cells`` (``(J, J)``), when given,
+    limits the change to those cells. Returns the new matrix and how many pairs changed.
+    """
+    n_jobs = effect.shape[0]
+    job, co, y, n = pairs
+    victim = np.zeros(n_jobs, dtype=bool)
+    victim[job] = True
+    runner = np.zeros(n_jobs, dtype=bool)
+    runner[co] = True
+    measured = np.zeros((n_jobs, n_jobs), dtype=bool)
+    measured[job, co] = True
+    ok = kernel.readable(readings)
+    if not (ok[job] & ok[co]).any():  # readings lost (a model saved without them): no kernel
+        return effect.copy(), 0
+    cold = (~victim[:, None] | ~runner[None, :]) & ~measured & ok[:, None] & ok[None, :]
+    if cells is not None:
+        cold &= cells
+    out = effect.copy()
+    qj, qk = np.nonzero(cold)
+    if weight > 0 and qj.size:
+        g = kernel.log_speed(job, co, y, n.astype(float), readings, qj, qk)
+        out[qj, qk] = (1 - weight) * effect[qj, qk] + weight * (g - mu[qj, qk])
+    return out, int(qj.size) if weight > 0 else 0
+
+
 def _or_everyone(
     mates: list[_IntArray | None], measured: np.ndarray[Any, np.dtype[np.bool_]],
     population: _IntArray | None,
@@ -902,23 +970,27 @@ def measured_pairs(
     readings: _FloatArray | None = None,
     lift_ceilings: bool = False,
     df: float = 4.0,
+    kernel_weight: float = 0.0,
+    kernel_readings: _FloatArray | None = None,
 ) -> tuple[MeasuredPairs | None, dict[str, Any]]:
     r"""The second stage for ``obs`` (module docstring), or None without a measured pair.
 
-    ``draws``: posterior draws of the structure (``(S, ...)`` each); ``structure_noise``: its
-    fitted noise scale :math:`s`; ``family``: ``(J,)`` each job's family index (negative:
-    none), or None for a fit without families; ``readings``: ``(J, R)`` the jobs' log isolated
-    counter readings (NaN: none), or None. Returns the pairs and the completion's summary
-    (:func:`complete_effects`) with ``unreachable``, the number of measured pairs whose target
-    no offset meets, ``borrowed_rows`` and ``borrowed_columns``, how many jobs' effects
-    :func:`borrowed_effects` filled, and ``ceiling_lift``, each job's lift (a list, zeros
-    unless ``lift_ceilings``: module docstring, *Ceilings*); the returned pairs are then
-    relative to ``draws`` lifted so (:func:`lifted_draws`), which the caller's posterior must
-    match, with each pair's interval spread (:func:`lifted_spread`; its median as
-    ``spread_median``), and ``measure_noise`` and ``repeats_df``, the measurement noise
-    :math:`\sigma_m` used and the degrees of freedom of the repeats it was read from
-    (:func:`measurement_noise`, with ``measure_noise`` the prior). ``df``: the degrees of
-    freedom of the spreads' Student-t (``Hyper.speed_df``).
+    ``draws``: posterior draws of the structure (``(S, ...)`` each); ``structure_noise``: its fitted
+    noise scale :math:`s`; ``family``: ``(J,)`` each job's family index (negative: none), or None
+    for a fit without families; ``readings``: ``(J, R)`` the jobs' log isolated counter readings
+    (NaN: none), or None; ``kernel_weight``: :math:`w` of the counter kernel (module docstring,
+    *Cold jobs' counters*; 0: none), fitted on ``kernel_readings`` (``readings`` with those below
+    the floor at it, :func:`~._counterkernel.floored`; None: ``readings``) and summarised in
+    ``counter_kernel``. Returns the pairs and the completion's summary (:func:`complete_effects`)
+    with ``unreachable``, the number of measured pairs whose target no offset meets,
+    ``borrowed_rows`` and ``borrowed_columns``, how many jobs' effects :func:`borrowed_effects`
+    filled, and ``ceiling_lift``, each job's lift (a list, zeros unless ``lift_ceilings``: module
+    docstring, *Ceilings*); the returned pairs are then relative to ``draws`` lifted so
+    (:func:`lifted_draws`), which the caller's posterior must match, with each pair's interval
+    spread (:func:`lifted_spread`; its median as ``spread_median``), and ``measure_noise`` and
+    ``repeats_df``, the measurement noise :math:`\sigma_m` used and the degrees of freedom of the
+    repeats it was read from (:func:`measurement_noise`, with ``measure_noise`` the prior). ``df``:
+    the degrees of freedom of the spreads' Student-t (``Hyper.speed_df``).
     """
     if not (structure_noise > 0 and measure_noise > 0):
         raise InputError("measured pairs: noise scales must be > 0")
@@ -944,6 +1016,16 @@ def measured_pairs(
     effect, info["borrowed_rows"], info["borrowed_columns"] = borrowed_effects(
         effect, job, co, family, readings
     )
+    kernel = None
+    features = readings if kernel_readings is None else kernel_readings
+    if features is not None and kernel_weight > 0:
+        kernel, info["counter_kernel"] = fit_counter_kernel(
+            job, co, mean, counts.astype(float), features, seed=seed
+        )
+        if kernel is not None:
+            effect, info["counter_kernel"]["pairs"] = kernel_blended(
+                effect, mu.numpy(), (job, co, mean, counts), features, kernel, kernel_weight
+            )
     # A borrowed pair is unmeasured: its effect is its prior mean.
     unmeasured = np.ones_like(effect, dtype=bool)
     unmeasured[job, co] = False
@@ -969,6 +1051,7 @@ def measured_pairs(
     pairs = MeasuredPairs(
         job=job, co=co, log_speed=mean, n=counts, scale=float(tau),
         noise=float(measure_noise), expected=expected, offset=offset.numpy(), spread=spread,
+        kernel=kernel, kernel_weight=float(kernel_weight) if kernel is not None else 0.0,
     )
     return pairs, info
 
@@ -1025,6 +1108,7 @@ def extended_pairs(
     readings: _FloatArray | None = None,
     lift: _FloatArray | None = None,
     df: float = 4.0,
+    kernel_readings: _FloatArray | None = None,
 ) -> tuple[MeasuredPairs, list[int], list[int]]:
     r"""``pairs`` extended to jobs added after the fit (placement-time cold start): each added
     job borrows its row and column of effects as the fit's own cold jobs do (module docstring,
@@ -1034,8 +1118,11 @@ def extended_pairs(
     the fit took them), from which the measured pairs' effects :math:`\hat\delta_{jk}` are
     rebuilt (the structure's mean log speed of each pair and the conjugate update);
     ``draws``: draws of all ``J`` jobs, the added ones last. ``family``: ``(J,)`` family
-    indices (negative: none); ``readings``: ``(J, R)`` log isolated readings (NaN: none).
-    The ``J1 x J1`` block ``pairs`` already holds (``J0 <= J1 <= J``) keeps its completion
+    indices (negative: none); ``readings``: ``(J, R)`` log isolated readings (NaN: none);
+    ``kernel_readings``: the same with those below the floor at it (None: ``readings``), for
+    the counter kernel ``pairs`` carries, whose average the added jobs' pairs take as the
+    fit's cold jobs' did (module docstring, *Cold jobs' counters*). The ``J1 x J1`` block
+    ``pairs`` already holds (``J0 <= J1 <= J``) keeps its completion
     and offsets; the rows and columns of jobs ``J1..J-1`` get the borrowed effects
     (:func:`borrowed_effects`) as their completion and the offsets that meet the structure's
     mean log speed under ``draws`` plus that effect. Returns the pairs, ``(J, J)``, and the
@@ -1084,10 +1171,19 @@ def extended_pairs(
     grid = np.arange(n_all * n_all).reshape(n_all, n_all)
     cells = torch.as_tensor(np.setdiff1d(grid, grid[:n_old, :n_old]))  # new rows, columns
     terms = _pair_terms(draws)
+    base = torch.zeros(n_all * n_all, dtype=torch.float64)
+    base[cells] = _cells_log_speed(draws, cells, n_all, terms=terms)
+    features = readings if kernel_readings is None else kernel_readings
+    if pairs.kernel is not None and features is not None and pairs.kernel_weight > 0:
+        new_cells = np.zeros(n_all * n_all, dtype=bool)
+        new_cells[cells.numpy()] = True
+        expected, _ = kernel_blended(
+            expected, base.reshape(n_all, n_all).numpy(),
+            (pairs.job, pairs.co, pairs.log_speed, pairs.n), features, pairs.kernel,
+            pairs.kernel_weight, cells=new_cells.reshape(n_all, n_all),
+        )
     target = torch.zeros(n_all * n_all, dtype=torch.float64)
-    target[cells] = _cells_log_speed(draws, cells, n_all, terms=terms) + torch.as_tensor(
-        expected
-    ).reshape(-1)[cells]
+    target[cells] = base[cells] + torch.as_tensor(expected).reshape(-1)[cells]
     offset = _solve_offsets(draws, target.reshape(n_all, n_all), terms=terms, cells=cells).numpy()
     offset[:n_old, :n_old] = pairs.offset
     # An added job is not lifted, so its own row keeps tau; a lifted fitted job's pair with
@@ -1106,6 +1202,7 @@ def extended_pairs(
     return MeasuredPairs(
         job=pairs.job, co=pairs.co, log_speed=pairs.log_speed, n=pairs.n, scale=pairs.scale,
         noise=pairs.noise, expected=expected, offset=offset, spread=spread,
+        kernel=pairs.kernel, kernel_weight=pairs.kernel_weight,
     ), lent, sorted(everyone)
 
 

@@ -62,6 +62,9 @@ __all__ = [
     "MIN_READING",
     "MIN_WARM_JOBS",
     "align_cold_demand",
+    "below_array",
+    "below_floor",
+    "below_map",
     "isolated_log_readings",
     "isolated_samples",
     "readings_array",
@@ -97,16 +100,43 @@ def isolated_log_readings(
     >>> x.shape, bool((x <= 0).all())
     ((3, 2), True)
     """
+    mean, _ = _isolated_means(counters, n_jobs, resources)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.asarray(np.log(mean), dtype=float)
+    out[~(mean > 0)] = np.nan
+    return out
+
+
+def _isolated_means(
+    counters: Counters, n_jobs: int, resources: Sequence[str]
+) -> tuple[np.ndarray[Any, np.dtype[np.float64]], np.ndarray[Any, np.dtype[np.float64]]]:
+    """``(J, R)`` each job's mean isolated reading per resource (NaN: none) and the number of
+    counter groups it is the mean of (:func:`isolated_log_readings`)."""
     total = np.zeros((n_jobs, len(resources)))
     count = np.zeros((n_jobs, len(resources)))
     for g, j, r in counters.solo_reads(n_jobs, resources):
         total[j, r] += float(counters.mean[g])
         count[j, r] += 1
     with np.errstate(divide="ignore", invalid="ignore"):
-        mean = total / count
-        out = np.log(mean)
-    out[~(mean > 0)] = np.nan
-    return out
+        return total / count, count
+
+
+def below_floor(
+    counters: Counters, n_jobs: int, resources: Sequence[str], floor: float
+) -> np.ndarray[Any, np.dtype[np.bool_]]:
+    """``(J, R)``: each job that read a resource alone, with a mean reading (as
+    :func:`isolated_log_readings`) below ``floor``, 0 included.
+
+    >>> from interplace.datasets import synthetic
+    >>> from interplace.model._data import counters_from_samples
+    >>> data = synthetic(3, seed=0, samples_per_run=4)
+    >>> counters = counters_from_samples(data, tuple(sorted(data.runs["job"].unique())))
+    >>> below_floor(counters, 3, ("gpu_compute",), 0.005).tolist()
+    [[False], [False], [False]]
+    """
+    mean, count = _isolated_means(counters, n_jobs, resources)
+    with np.errstate(invalid="ignore"):
+        return np.asarray((count > 0) & ~(mean >= floor), dtype=bool)
 
 
 def isolated_samples(counters: Counters, n_jobs: int) -> int:
@@ -144,6 +174,48 @@ def readings_map(
                if math.isfinite(float(readings[j, i]))}
         if row:
             out[job] = row
+    return out
+
+
+def below_map(
+    below: np.ndarray[Any, np.dtype[np.bool_]], jobs: Sequence[str], resources: Sequence[str],
+) -> dict[str, list[str]]:
+    """:func:`below_floor` as ``{job: [resource, ...]}``, jobs with any only (the form
+    ``info["isolated_below_floor"]`` keeps it in; :func:`below_array` reads it back).
+
+    >>> below_map(np.array([[False, True], [False, False]]), ["a", "b"], ["x", "y"])
+    {'a': ['y']}
+    """
+    return {
+        job: [r for i, r in enumerate(resources) if below[j, i]]
+        for j, job in enumerate(jobs) if below[j].any()
+    }
+
+
+def below_array(
+    recorded: object, jobs: Sequence[str], resources: Sequence[str]
+) -> np.ndarray[Any, np.dtype[np.bool_]]:
+    """``(J, R)`` from a :func:`below_map` (None, a model fitted before it was kept: none
+    below); anything else that is not such a map is refused with a one-line error.
+
+    >>> below_array({"a": ["y"]}, ["a", "b"], ["x", "y"]).tolist()
+    [[False, True], [False, False]]
+    """
+    out = np.zeros((len(jobs), len(resources)), dtype=bool)
+    if recorded is None:
+        return out
+    if not isinstance(recorded, Mapping):
+        raise InputError("this model's info['isolated_below_floor'] is not a job -> list map")
+    index = {r: i for i, r in enumerate(resources)}
+    for j, job in enumerate(jobs):
+        names = recorded.get(job, [])
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise InputError(
+                f"this model's info['isolated_below_floor'][{job!r}] is not a list of names"
+            )
+        for name in names:
+            if name in index:
+                out[j, index[name]] = True
     return out
 
 

@@ -30,11 +30,14 @@ from interplace.errors import InputError, check_seed, is_int, is_real
 from interplace.model._cells import measured_pairs
 from interplace.model._coldscale import (
     align_cold_demand,
+    below_floor,
+    below_map,
     isolated_log_readings,
     isolated_samples,
     readings_map,
     warm_families,
 )
+from interplace.model._counterkernel import READING_FLOOR, floored
 from interplace.model._data import (
     DEFAULT_RESOURCES,
     METRIC_RESOURCE,
@@ -1126,6 +1129,7 @@ def fit(
     gaps: dict[str, list[float]] = {}
     shifts: dict[str, list[float]] = {}
     readings = isolated_log_readings(counters, len(jobs), resources)
+    below = below_floor(counters, len(jobs), resources, READING_FLOOR)
     if cold_scale:
         warm = np.zeros(len(jobs), dtype=bool)
         warm[np.unique(obs.job)] = True
@@ -1164,6 +1168,7 @@ def fit(
         "demand_gap": gaps,
         "cold_demand_shift": shifts,
         "isolated_readings": readings_map(readings, jobs, resources),
+        "isolated_below_floor": below_map(below, jobs, resources),
         "isolated_samples": isolated_samples(counters, len(jobs)),
         "build": build_info(),
     }
@@ -1191,7 +1196,7 @@ def fit(
     stage2 = time.perf_counter()
     model, lift, completion = with_second_stage(
         structure, obs, seed=seed, family=fam_idx, readings=readings,
-        lift_ceilings=lift_ceilings,
+        lift_ceilings=lift_ceilings, below=below,
     )
     info["ceiling_lift"] = {jobs[j]: float(lift[j]) for j in np.flatnonzero(lift > 0)}
     info["measured_pairs"] = 0 if model.measured is None else len(model.measured)
@@ -1242,19 +1247,22 @@ def _share_of(
 
 def stage_inputs(
     structure: InterferenceModel, data: CoLocationData, *, topology: Topology | None = None,
-) -> tuple[Observations, np.ndarray[Any, Any] | None, np.ndarray[Any, Any]]:
+) -> tuple[
+    Observations, np.ndarray[Any, Any] | None, np.ndarray[Any, Any], np.ndarray[Any, Any]
+]:
     """What :func:`fit` hands :func:`with_second_stage` for ``structure``, a fit of ``data``
     without measured pairs (``fit(data, ..., measured=False)``, with the same ``topology``):
     the co-located observations, the ``(J,)`` family indices (negative: none; None for a fit
-    without families) and the ``(J, R)`` log isolated readings. So the second stage can be
-    added to one fitted structure in several ways, as :func:`fit` adds it:
+    without families), the ``(J, R)`` log isolated readings and which of them lie below the
+    counter kernel's floor (:func:`~interplace.model._coldscale.below_floor`). So the second
+    stage can be added to one fitted structure in several ways, as :func:`fit` adds it:
 
     >>> from interplace.datasets import synthetic
     >>> data = synthetic(5, seed=0)
     >>> structure = fit(data, seed=0, steps=30, min_steps=30, restarts=1, measured=False)
-    >>> obs, family, readings = stage_inputs(structure, data)
+    >>> obs, family, readings, below = stage_inputs(structure, data)
     >>> model, lift, _ = with_second_stage(structure, obs, seed=0, family=family,
-    ...                                    readings=readings)
+    ...                                    readings=readings, below=below)
     >>> model.measured is not None and readings.shape == (5, len(structure.resources))
     True
     """
@@ -1267,7 +1275,8 @@ def stage_inputs(
         data, jobs, dict(zip(structure.metrics, structure.full_scale, strict=True)), resources
     )
     readings = isolated_log_readings(counters, len(jobs), resources)
-    return obs, family_codes(structure.families), readings
+    below = below_floor(counters, len(jobs), resources, READING_FLOOR)
+    return obs, family_codes(structure.families), readings, below
 
 
 def with_second_stage(
@@ -1278,6 +1287,7 @@ def with_second_stage(
     family: np.ndarray[Any, Any] | None = None,
     readings: np.ndarray[Any, Any] | None = None,
     lift_ceilings: bool = True,
+    below: np.ndarray[Any, Any] | None = None,
 ) -> tuple[InterferenceModel, np.ndarray[Any, Any], dict[str, Any]]:
     """``structure`` (a fit without measured pairs) with the second stage of
     :mod:`interplace.model._cells` computed from its ``MEASURED_DRAWS`` draws (seed ``seed``)
@@ -1286,13 +1296,17 @@ def with_second_stage(
     is shifted by each job's lift.
     Returns the model, the lifts ``(J,)`` (zeros without) and the completion's summary
     (:func:`~interplace.model._cells.measured_pairs`, less ``ceiling_lift``). ``family``:
-    ``(J,)`` family indices (negative: none); ``readings``: ``(J, R)`` log isolated readings.
+    ``(J,)`` family indices (negative: none); ``readings``: ``(J, R)`` log isolated readings;
+    ``below``: ``(J, R)`` the readings below the counter kernel's floor
+    (:func:`~interplace.model._coldscale.below_floor`; None: none).
     """
     with one_blas_thread():
         pairs, completion = measured_pairs(
             obs, structure.draws(MEASURED_DRAWS, seed), structure.speed_noise(),
             structure.hyper.measure_noise, seed=seed, family=family, readings=readings,
             lift_ceilings=lift_ceilings, df=structure.hyper.speed_df,
+            kernel_weight=structure.hyper.cold_kernel_weight,
+            kernel_readings=None if readings is None else floored(readings, below),
         )
     lift = np.asarray(completion.pop("ceiling_lift", np.zeros(len(structure.jobs))), dtype=float)
     if lift.any():

@@ -27,6 +27,7 @@ from interplace.errors import (
     save_dir,
 )
 from interplace.model._cells import MeasuredPairs, seeded_gamma, spread_draws
+from interplace.model._counterkernel import CounterKernel
 from interplace.model._data import METRIC_RESOURCE, counters_from_samples, family_index
 from interplace.model._net import (
     FAMILY_SITES,
@@ -52,7 +53,7 @@ __all__ = [
     "SpeedPosterior",
 ]
 
-FORMAT_VERSION = 9
+FORMAT_VERSION = 10
 r"""Version of the saved model directory layout (``model.json`` + ``posterior.safetensors``).
 
 Version 2 added the intensity sites (``log_intensity``, ``intensity_sd``); version 1 models
@@ -77,9 +78,15 @@ it, where they answered :math:`e^{\beta_j}`); an older interplace refuses versio
 jobs alone it would predict low. Since version 9, ``model.json`` also records the SHA-256 of
 itself and the weights (:func:`~interplace.errors.files_digest`, key ``sha256``), which
 :meth:`InterferenceModel.load` checks; a file without it (saved earlier) loads unchecked, and
-an interplace that does not know the key ignores it, so the version stays 9."""
+an interplace that does not know the key ignores it, so the version stays 9.
+Version 10 added the counter kernel a cold job's pairs are averaged with
+(:mod:`interplace.model._counterkernel`: ``kernel`` and ``kernel_weight`` in ``measured`` in
+``model.json``, the kernel's hyper-parameters and standardisation; the regression itself is
+rebuilt from the measured pairs). Older models load without it and answer as saved (a job
+added to them later from its counters borrows its mates' effects alone); an older
+interplace refuses version 10, whose added jobs it would predict without the kernel."""
 
-_READS = (2, 3, 4, 5, 6, 7, 8, 9)
+_READS = (2, 3, 4, 5, 6, 7, 8, 9, 10)
 
 _MEASURED = "measured"
 _MEASURED_KEYS = ("job", "co", "log_speed", "n", "expected", "offset")
@@ -736,9 +743,7 @@ class InterferenceModel:
             "families": None if self.families is None else list(self.families),
             "info": _jsonable(dict(self.info)),
             "components": self.components,
-            "measured": None
-            if self.measured is None
-            else {"scale": self.measured.scale, "noise": self.measured.noise},
+            "measured": None if self.measured is None else _measured_meta(self.measured),
         }
         tensors = {}
         for name, (loc, scale) in self.posterior.items():
@@ -878,8 +883,10 @@ def _load_measured(
         return None
     if version < 5:
         raise InputError(f"{meta_path}: a version {version} model has no measured pairs")
-    if not isinstance(raw, dict) or set(raw) != {"scale", "noise"}:
-        raise InputError(f"{meta_path}: measured must hold scale and noise")
+    keys = {"scale", "noise"} | ({"kernel", "kernel_weight"} if version >= 10 else set())
+    if not isinstance(raw, dict) or set(raw) != keys:
+        raise InputError(f"{meta_path}: measured must hold {', '.join(sorted(keys))}")
+    kernel, weight = _load_kernel(raw, meta_path) if version >= 10 else (None, 0.0)
     arr = {k: tensors[f"{_MEASURED}.{k}"].numpy() for k in _MEASURED_KEYS}  # KeyError: lacks
     spread = tensors.get(f"{_MEASURED}.spread")
     if spread is not None and version < 8:
@@ -891,7 +898,42 @@ def _load_measured(
         n=arr["n"], scale=float(raw["scale"]), noise=float(raw["noise"]),
         expected=arr["expected"].astype(np.float64), offset=arr["offset"].astype(np.float64),
         spread=None if spread is None else spread.numpy().astype(np.float64),
+        kernel=kernel, kernel_weight=weight,
     )
+
+
+_KERNEL_KEYS = ("length", "scale", "level", "noise", "columns", "centre", "spread")
+
+
+def _measured_meta(m: MeasuredPairs) -> dict[str, Any]:
+    """``measured`` of ``model.json``: the scales and the counter kernel (None: none)."""
+    kernel = None if m.kernel is None else {
+        k: list(v) if isinstance(v, tuple) else v for k, v in m.kernel.__dict__.items()
+    }
+    return {"scale": m.scale, "noise": m.noise, "kernel": kernel, "kernel_weight": m.kernel_weight}
+
+
+def _load_kernel(raw: Mapping[str, Any], meta_path: Path) -> tuple[CounterKernel | None, float]:
+    """The counter kernel and its weight of a saved model's ``measured`` description."""
+    weight = raw["kernel_weight"]
+    if not is_real(weight):
+        raise InputError(f"{meta_path}: measured kernel_weight must be a number")
+    k = raw["kernel"]
+    if k is None:
+        return None, float(weight)
+    if not isinstance(k, dict) or set(k) != set(_KERNEL_KEYS):
+        raise InputError(f"{meta_path}: measured kernel must hold {', '.join(_KERNEL_KEYS)}")
+    try:
+        columns = tuple(int(c) for c in k["columns"])
+        kernel = CounterKernel(
+            length=float(k["length"]), scale=float(k["scale"]), level=float(k["level"]),
+            noise=float(k["noise"]), columns=columns,
+            centre=tuple(float(c) for c in k["centre"]),
+            spread=tuple(float(c) for c in k["spread"]),
+        )
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{meta_path}: measured kernel: {exc}") from None
+    return kernel, float(weight)
 
 
 def _jsonable(value: Any) -> Any:

@@ -111,10 +111,17 @@ from typing import Any
 import numpy as np
 import torch
 
+from interplace._parallel import one_blas_thread
 from interplace.errors import InputError, is_int, is_real, plain_number
 from interplace.model import METRIC_FULL_SCALE, METRIC_RESOURCE, InterferenceModel
 from interplace.model._cells import extended_pairs
-from interplace.model._coldscale import MIN_READING, readings_array, warm_families
+from interplace.model._coldscale import (
+    MIN_READING,
+    below_array,
+    readings_array,
+    warm_families,
+)
+from interplace.model._counterkernel import READING_FLOOR, floored
 from interplace.model._data import family_codes, family_index
 from interplace.model._fit import MEASURED_DRAWS
 from interplace.model._net import smooth_cap
@@ -178,6 +185,7 @@ def with_cold_jobs(
     # Each new job's readings per resource index: (metric, share of full scale) each.
     reads: dict[str, dict[int, list[tuple[str, float]]]] = {}
     logs: dict[str, dict[str, float]] = {}  # log mean share per resource (for mates)
+    low: dict[str, list[str]] = {}  # resources read below the counter kernel's floor
     for job, readings in counters.items():
         if not isinstance(job, str) or not job.strip() or job != job.strip():
             raise InputError(f"cold job names must be non-empty names, not {job!r}")
@@ -198,6 +206,7 @@ def with_cold_jobs(
         # (interplace.model._coldscale.isolated_log_readings).
         means = {r: sum(u for _, u in v) / len(v) for r, v in reads[job].items()}
         logs[job] = {model.resources[r]: math.log(u) for r, u in means.items() if u > 0}
+        low[job] = [model.resources[r] for r, u in means.items() if u < READING_FLOOR]
     fam = _new_families(model, reads, families or {})
     weight = _sample_counts(model, reads, samples)
     gap, shift = _per_resource(model, "demand_gap"), _per_resource(model, "cold_demand_shift")
@@ -238,17 +247,20 @@ def with_cold_jobs(
         measured=model.measured,
         components=model.components,
     )
-    return _with_borrowed_effects(model, grown, logs)
+    return _with_borrowed_effects(model, grown, logs, low)
 
 
 def _with_borrowed_effects(
-    model: InterferenceModel, grown: InterferenceModel, logs: Mapping[str, Mapping[str, float]]
+    model: InterferenceModel, grown: InterferenceModel, logs: Mapping[str, Mapping[str, float]],
+    low: Mapping[str, list[str]],
 ) -> InterferenceModel:
     """``grown`` (``model`` with the new jobs of ``logs`` added) with the second stage's
     pairs extended to them: each borrows its effects from the five fitted jobs nearest by
     isolated readings (module docstring; :func:`~interplace.model._cells.extended_pairs`).
 
-    ``logs``: each new job's log readings per resource name. A model without measured pairs,
+    ``logs``: each new job's log readings per resource name; ``low``: the resources each read
+    below the counter kernel's floor (:data:`~interplace.model._counterkernel.READING_FLOOR`),
+    which the kernel, where the model has one, reads at the floor. A model without measured pairs,
     or fitted before ``info["isolated_readings"]`` was kept, is returned as ``grown`` (the new
     jobs keep the structure's prediction)."""
     recorded = model.info.get("isolated_readings")
@@ -264,23 +276,32 @@ def _with_borrowed_effects(
     n_fit = len(model.jobs) - len(added)
     new = readings_array(logs, list(logs), model.resources)
     assert new is not None
+    below = np.vstack([
+        below_array(model.info.get("isolated_below_floor"), model.jobs, model.resources),
+        below_array(low, list(logs), model.resources),
+    ])
     family = family_codes(grown.families)
     plain = dataclasses.replace(grown, measured=None)
     lifts = model.info.get("ceiling_lift", {})
     if not isinstance(lifts, Mapping) or not set(lifts) <= set(model.jobs[:n_fit]):
         raise InputError("this model's info['ceiling_lift'] does not name fitted jobs")
-    pairs, lent, everyone = extended_pairs(
-        model.measured,
-        _first_jobs(plain, n_fit).draws(MEASURED_DRAWS, seed),
-        plain.draws(MEASURED_DRAWS, seed),
-        family=family,
-        readings=np.vstack([old, new]),
-        lift=np.array([float(lifts.get(j, 0.0)) for j in model.jobs[:n_fit]]),
-        df=model.hyper.speed_df,
-    )
+    with one_blas_thread():  # the kernel's solve beside other processes (one_blas_thread)
+        pairs, lent, everyone = extended_pairs(
+            model.measured,
+            _first_jobs(plain, n_fit).draws(MEASURED_DRAWS, seed),
+            plain.draws(MEASURED_DRAWS, seed),
+            family=family,
+            readings=np.vstack([old, new]),
+            lift=np.array([float(lifts.get(j, 0.0)) for j in model.jobs[:n_fit]]),
+            df=model.hyper.speed_df,
+            kernel_readings=floored(np.vstack([old, new]), below),
+        )
     info = dict(grown.info)
     kept = dict(recorded) if isinstance(recorded, Mapping) else {}
     info["isolated_readings"] = {**kept, **{j: dict(r) for j, r in logs.items() if r}}
+    info["isolated_below_floor"] = {
+        **dict(model.info.get("isolated_below_floor") or {}), **{j: v for j, v in low.items() if v}
+    }
     info["cold_jobs_borrowing"] = [
         *info.get("cold_jobs_borrowing", []), *(grown.jobs[i] for i in lent)
     ]
