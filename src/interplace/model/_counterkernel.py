@@ -191,8 +191,13 @@ def _gram(
     kb: _IntArray, length: float, scale: float, level: float,
 ) -> _FloatArray:
     smooth = scale**2 * np.exp(-0.5 * _sq_dist(xa, xb) / length**2)
+    return np.asarray(smooth + level**2 * _same_jobs(ja, jb, ka, kb), dtype=float)
+
+
+def _same_jobs(ja: _IntArray, jb: _IntArray, ka: _IntArray, kb: _IntArray) -> _FloatArray:
+    """``(A, B)``: how many of the two pairs' sides (victim, co-runner) name the same job."""
     same = (ja[:, None] == jb[None, :]).astype(float) + (ka[:, None] == kb[None, :])
-    return np.asarray(smooth + level**2 * same, dtype=float)
+    return np.asarray(same, dtype=float)
 
 
 def kernel_readings(
@@ -239,13 +244,13 @@ def fit_counter_kernel(
         return None, info
     x = np.hstack([z[j], z[k]])
     dist = _sq_dist(x, x)
-    same = (j[:, None] == j[None, :]).astype(float) + (k[:, None] == k[None, :])
+    same = _same_jobs(j, j, k, k)
     fold_of = np.full(readings.shape[0], -1)
     fold_of[jobs] = np.random.default_rng(seed).permutation(jobs.size) % folds
     parts = []
     for f in range(folds):
         test = (fold_of[j] == f) | (fold_of[k] == f)
-        train = ~((fold_of[j] == f) | (fold_of[k] == f))
+        train = ~test
         if test.any() and train.sum() >= 2:
             parts.append((np.flatnonzero(train), np.flatnonzero(test)))
     best, best_err = GRID[0], math.inf

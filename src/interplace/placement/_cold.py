@@ -276,6 +276,7 @@ def _with_borrowed_effects(
     n_fit = len(model.jobs) - len(added)
     new = readings_array(logs, list(logs), model.resources)
     assert new is not None
+    readings = np.vstack([old, new])
     below = np.vstack([
         below_array(model.info.get("isolated_below_floor"), model.jobs, model.resources),
         below_array(low, list(logs), model.resources),
@@ -291,10 +292,10 @@ def _with_borrowed_effects(
             _first_jobs(plain, n_fit).draws(MEASURED_DRAWS, seed),
             plain.draws(MEASURED_DRAWS, seed),
             family=family,
-            readings=np.vstack([old, new]),
+            readings=readings,
             lift=np.array([float(lifts.get(j, 0.0)) for j in model.jobs[:n_fit]]),
             df=model.hyper.speed_df,
-            kernel_readings=floored(np.vstack([old, new]), below),
+            kernel_readings=floored(readings, below),
         )
     info = dict(grown.info)
     kept = dict(recorded) if isinstance(recorded, Mapping) else {}
