@@ -148,6 +148,8 @@ def split_results(
             / peer_mae[best_peer]
         ),
         "ratio_to_best_peer_per_seed": [r.get("mae_ratio_to_best_peer") for r in runs],
+        # Per seed, so that any subset of the seeds can be summarised later as the target is.
+        "peer_mae_per_seed": {k: [r["peers"][k]["mae"] for r in runs] for k in peer_names},
         "unavailable_peers": sorted(
             k for k, v in runs[0].get("peers", {}).items() if v["mae"] is None
         ),
@@ -160,6 +162,7 @@ def split_results(
         **peer_results,
         "test_rows": med([r["split"]["test_rows"] for r in runs]),
         "model_mae": med([r["model"]["mae"] for r in runs]),
+        "model_mae_per_seed": [r["model"]["mae"] for r in runs],
         "baseline_mae": {
             b: (
                 None

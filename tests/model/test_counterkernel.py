@@ -16,7 +16,15 @@ from hypothesis import strategies as st
 from interplace.datasets import CoLocationData
 from interplace.errors import InputError
 from interplace.model import Hyper, InterferenceModel, fit
-from interplace.model._cells import kernel_blended
+from interplace.model._cells import (
+    _cells_log_mean_speed,
+    _pair_terms,
+    _solve_offsets,
+    cold_kernel_cells,
+    example_draws,
+    pair_log_speed,
+    speed_blended,
+)
 from interplace.model._counterkernel import (
     GRID,
     MIN_CELLS,
@@ -125,29 +133,65 @@ def test_refusals() -> None:
         kernel.features(np.zeros((3, 0)))
 
 
-def test_blending_touches_only_cold_unmeasured_pairs() -> None:
+def test_the_kernel_reads_only_cold_unmeasured_pairs() -> None:
     z, job, co, y, _ = _smooth_data(1, n_jobs=8)
     cold = np.isin(job, [0]) | np.isin(co, [0, 1])  # job 0 cold; job 1 never a co-runner
     j, k, yy, n = job[~cold], co[~cold], y[~cold], np.ones(int((~cold).sum()))
     kernel, _ = fit_counter_kernel(j, k, yy, n, z, seed=0)
     assert kernel is not None
-    effect = np.full((8, 8), 0.05)
-    mu = np.full((8, 8), -0.2)
-    same, changed = kernel_blended(effect, mu, (j, k, yy, n), z, kernel, 0.0)
-    assert changed == 0 and np.array_equal(same, effect)
-    out, changed = kernel_blended(effect, mu, (j, k, yy, n), z, kernel, 1.0)
-    touched = out != effect
+    flat, g = cold_kernel_cells(8, (j, k, yy, n), z, kernel)
+    touched = np.zeros(64, dtype=bool)
+    touched[flat] = True
+    touched = touched.reshape(8, 8)
     # Row 0 (never a victim) and columns 0 and 1 (never co-runners): 8 + 7 + 7 cells.
-    assert changed == 22 and touched.sum() == 22
+    assert flat.size == 22 and touched.sum() == 22
     assert touched[0].all() and touched[:, 0].all() and touched[:, 1].all()
-    g = kernel.log_speed(j, k, yy, n, z, np.array([0, 5]), np.array([3, 1]))
-    np.testing.assert_allclose(out[[0, 5], [3, 1]], g - mu[[0, 5], [3, 1]])
-    half, _ = kernel_blended(effect, mu, (j, k, yy, n), z, kernel, 0.5)
-    np.testing.assert_allclose(half, (effect + out) / 2)
+    np.testing.assert_allclose(g, kernel.log_speed(j, k, yy, n, z, flat // 8, flat % 8))
     only = np.zeros((8, 8), dtype=bool)
     only[0, 3] = True
-    limited, changed = kernel_blended(effect, mu, (j, k, yy, n), z, kernel, 1.0, cells=only)
-    assert changed == 1 and (limited != effect).sum() == 1
+    limited, _ = cold_kernel_cells(8, (j, k, yy, n), z, kernel, cells=only)
+    assert limited.tolist() == [3]
+    lost = np.full_like(z, np.nan)  # no readings (a model saved without them): no pairs
+    assert cold_kernel_cells(8, (j, k, yy, n), lost, kernel)[0].size == 0
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**16), weight=st.sampled_from([0.0, 0.3, 0.5, 1.0]),
+       shift=st.floats(-0.6, 0.0))
+def test_speed_blend_reports_the_geometric_mean_of_the_two_speeds(
+    seed: int, weight: float, shift: float
+) -> None:
+    # The blended pairs' posterior mean speed (over the same draws) is the weighted geometric
+    # mean of the structure's and the kernel's, to the offset solver's 1e-10 (1e-9 allowed)
+    # wherever the blend lies below the job's level; the other pairs keep their targets and
+    # offsets bit for bit; each moved pair's target is the mean log speed its offset reaches.
+    d = example_draws(3, seed=seed)
+    terms = _pair_terms(d)
+    target = pair_log_speed(d) - 0.05
+    offset = _solve_offsets(d, target)
+    cells = np.array([1, 5, 6])
+    g = (target.reshape(-1)[cells] + shift).numpy()  # at or below the structure's: reachable
+    t, c = speed_blended(d, target, offset, cells, g, weight, terms=terms)
+    at = torch.as_tensor(cells)
+    before = _cells_log_mean_speed(terms, offset, at, 3)
+    after = _cells_log_mean_speed(terms, c, at, 3)
+    want = (1 - weight) * before + weight * torch.as_tensor(g)
+    assert float((after - want).abs().max()) <= 1e-9
+    rest = np.setdiff1d(np.arange(9), cells)
+    assert torch.equal(t.reshape(-1)[rest], target.reshape(-1)[rest])
+    assert torch.equal(c.reshape(-1)[rest], offset.reshape(-1)[rest])
+    reached = pair_log_speed(d, c).reshape(-1)[at]
+    # (the offset solver meets a target to 1e-10)
+    torch.testing.assert_close(t.reshape(-1)[at], reached, rtol=0, atol=1e-9)
+
+
+def test_a_blend_beyond_the_level_stays_at_it() -> None:
+    d = example_draws(3, seed=0)
+    target = pair_log_speed(d) - 0.05
+    offset = _solve_offsets(d, target)
+    t, c = speed_blended(d, target, offset, np.array([1]), np.array([2.0]), 0.5)
+    assert float(c[0, 1]) == -12.0  # the co-runner's pressure all but off: the job's level
+    assert float(t[0, 1]) == float(pair_log_speed(d, c)[0, 1]) > float(target[0, 1])
 
 
 def test_a_fit_averages_only_its_cold_jobs_pairs_with_the_kernel(

@@ -23,7 +23,13 @@ from interplace.model import (
     fit,
     job_families,
 )
-from interplace.model._cells import pair_log_speed
+from interplace.model._cells import (
+    OFFSET_BOUND,
+    _cells_log_mean_speed,
+    _pair_terms,
+    _solve_offsets,
+    pair_log_speed,
+)
 from interplace.model._coldscale import below_array, readings_array
 from interplace.model._counterkernel import floored
 from interplace.model._fit import MEASURED_DRAWS
@@ -206,8 +212,11 @@ def test_a_family_fit_fills_its_cold_members_pairs(family_model: InterferenceMod
     a3, mates = jobs.index("a3"), [jobs.index(j) for j in ("a0", "a1", "a2")]
     others = [k for k in range(len(jobs)) if k != a3]
     borrowed = effect[mates][:, others].mean(0)
-    # Then averaged with the counter kernel's (interplace.model._cells.kernel_blended), on
-    # the readings the fit recorded (a3 is not lifted, so its row's frame is the draws').
+    # Then the speed the model reports for each pair averaged with the counter kernel's
+    # (interplace.model._cells.speed_blended), on the readings the fit recorded: a3's pair at
+    # the offset that meets the borrowed target reports a mean speed over the stage's draws
+    # (a3 is not lifted, so its row's draws are the structure's), and at the stored offset
+    # the geometric mean of that and the kernel's, to the offset solver's 1e-10 (1e-9 allowed).
     assert m.kernel is not None and m.kernel_weight == 0.5
     info = family_model.info
     readings = floored(
@@ -216,9 +225,23 @@ def test_a_family_fit_fills_its_cold_members_pairs(family_model: InterferenceMod
     )
     g = m.kernel.log_speed(m.job, m.co, m.log_speed, m.n.astype(float), readings,
                            np.full(len(others), a3), np.asarray(others))
-    np.testing.assert_allclose(
-        m.expected[a3, others], 0.5 * borrowed + 0.5 * (g - mu[a3, others]), rtol=0, atol=1e-9
-    )
+    draws = structure.draws(MEASURED_DRAWS, 0)
+    terms = _pair_terms(draws)
+    n = len(jobs)
+    cells = torch.as_tensor(a3 * n + np.asarray(others))
+    target = torch.as_tensor(mu + 0.0)
+    target[a3, others] = torch.as_tensor(mu[a3, others] + borrowed)
+    before = _cells_log_mean_speed(terms, _solve_offsets(draws, target, cells=cells), cells, n)
+    after = _cells_log_mean_speed(terms, torch.as_tensor(m.offset), cells, n)
+    want = 0.5 * before + 0.5 * torch.as_tensor(g)
+    # A blend beyond a3's level (its co-runner's pressure all but off) stays at that level.
+    level = m.offset[a3, others] == -OFFSET_BOUND
+    assert level.sum() < len(others) and (want.numpy()[level] > after.numpy()[level]).all()
+    np.testing.assert_allclose(after.numpy()[~level], want.numpy()[~level], rtol=0, atol=1e-9)
+    # The stored completion is what the blended offsets reach.
+    reached = pair_log_speed(draws, torch.as_tensor(m.offset))[a3, others]
+    np.testing.assert_allclose(m.expected[a3, others], reached.numpy() - mu[a3, others],
+                               rtol=0, atol=1e-9)
 
 
 @pytest.fixture

@@ -148,9 +148,11 @@ isolated readings, with a level of each job's own on each side,
 :math:`y_c = m + f(z_{j_c}, z_{k_c}) + a_{j_c} + b_{k_c} + \varepsilon_c`, whose
 length scale and spreads are chosen by cross-validation across jobs (each fold's jobs lose
 every pair they are in); with :math:`\hat g_{jk}` its posterior mean and :math:`w` =
-``Hyper.cold_kernel_weight`` (0.5; 0 leaves it out),
-:math:`\delta_{jk} \leftarrow (1 - w)\, \delta_{jk} + w\, (\hat g_{jk} - \bar\mu_{jk})`
-(:func:`~interplace.model._cells.kernel_blended`; ``info["completion"]["counter_kernel"]``),
+``Hyper.cold_kernel_weight`` (0.5; 0 leaves it out), the pair's offset is moved until the
+posterior mean speed the model reports for it, :math:`\bar v'_{jk}`, is the weighted
+geometric mean of the one it reported, :math:`\bar v_{jk}`, and the kernel's,
+:math:`\log \bar v'_{jk} = (1 - w) \log \bar v_{jk} + w\, \hat g_{jk}`
+(:func:`~interplace.model._cells.speed_blended`; ``info["completion"]["counter_kernel"]``),
 for pairs between two jobs with every reading the kernel uses. The mechanism reads a cold
 job through its fitted demand and the mates through five neighbours; the kernel reads how
 pairs of jobs with such readings ran, all of them at once (on Lucid's cold-start splits,

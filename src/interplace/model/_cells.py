@@ -61,15 +61,25 @@ pairs' mean log speeds :math:`\bar y_{jk}` on both jobs' standardised log readin
 level of each job's own on each side, its hyper-parameters chosen by cross-validation across
 jobs (:func:`~interplace.model._counterkernel.fit_counter_kernel`). Each unmeasured pair
 whose victim was never measured as a victim or whose co-runner was never measured as a
-co-runner, between two jobs with every reading the kernel uses, has its effect averaged with
-the kernel's, :math:`w` = ``Hyper.cold_kernel_weight`` (default 0.5; 0: no kernel),
+co-runner, between two jobs with every reading the kernel uses, has the speed the model
+reports for it averaged with the kernel's on the log scale, :math:`w` =
+``Hyper.cold_kernel_weight`` (default 0.5; 0: no kernel). With :math:`\bar v_{jk}` the pair's
+posterior mean speed at the offset that meets its target :math:`\bar\mu_{jk} + \delta_{jk}`
+(the structure's prediction with its borrowed effect), the offset is moved until the
+posterior mean speed :math:`\bar v'_{jk}` there is
 
-.. math:: \delta_{jk} \leftarrow (1 - w)\, \delta_{jk} + w\, (\hat g_{jk} - \bar\mu_{jk})
+.. math:: \log \bar v'_{jk} = (1 - w) \log \bar v_{jk} + w\, \hat g_{jk}
 
-(:func:`kernel_blended`), so that the pair's target is the weighted mean of the structure's
-prediction with its borrowed effect and the kernel's, :math:`(1 - w)(\bar\mu_{jk} +
-\delta_{jk}) + w \hat g_{jk}`. Jobs added after the fit get the same from the kernel,
-rebuilt from the stored pairs (:func:`extended_pairs`).
+(:func:`cold_kernel_cells`, :func:`speed_blended`), and the pair's target and effect become
+the mean log speed that offset reaches. The kernel predicts a speed of :math:`e^{\hat g}`
+(its hyper-parameters are chosen on that speed's error), and the model reports a pair's
+posterior mean speed, which lies above :math:`e^{\bar\mu + \delta}` by the draws' spread
+(about half their variance on the log scale, wide for a cold job): so the two predictions
+are averaged as the speeds each reports. (Averaging the mean log speeds instead, as the
+stage did from 2026-12-02 until the forty-fourth session, kept that spread term whole in
+the reported speed: ``docs/benchmarks.md``, "The counter kernel on the speed the model
+reports".) Jobs added after the fit get the same from the kernel, rebuilt from the stored
+pairs (:func:`extended_pairs`).
 
 *Offsets, not additions.* The effect does not enter the speed as a term: it sets a pressure
 offset :math:`c_{jk}`, which scales co-runner ``k``'s pressure on ``j`` by :math:`e^{c_{jk}}`
@@ -192,15 +202,17 @@ __all__ = [
     "borrowed_effects",
     "borrowed_mates",
     "ceiling_lift",
+    "cold_kernel_cells",
     "complete_effects",
+    "example_draws",
     "extended_pairs",
-    "kernel_blended",
     "lifted_draws",
     "lifted_spread",
     "measured_cells",
     "measured_pairs",
     "pair_log_speed",
     "seeded_gamma",
+    "speed_blended",
     "spread_draws",
 ]
 
@@ -660,24 +672,21 @@ def _borrow(
     return out, row_mates, col_mates, everyone | more
 
 
-def kernel_blended(
-    effect: _FloatArray, mu: _FloatArray,
-    pairs: tuple[_IntArray, _IntArray, _FloatArray, np.ndarray[Any, Any]],
-    readings: _FloatArray, kernel: CounterKernel, weight: float,
+def cold_kernel_cells(
+    n_jobs: int, pairs: tuple[_IntArray, _IntArray, _FloatArray, np.ndarray[Any, Any]],
+    readings: _FloatArray, kernel: CounterKernel,
     cells: np.ndarray[Any, np.dtype[np.bool_]] | None = None,
-) -> tuple[_FloatArray, int]:
-    r"""``effect`` (``(J, J)``) with each cold pair's effect averaged with the counter
-    kernel's (module docstring, *Cold jobs' counters*): :math:`\delta_{jk} \leftarrow (1 - w)
-    \delta_{jk} + w (\hat g_{jk} - \mu_{jk})`.
+) -> tuple[_IntArray, _FloatArray]:
+    r"""The cold pairs among ``n_jobs`` jobs and the counter kernel's prediction of each
+    (module docstring, *Cold jobs' counters*): flat indices ``j * J + k`` and :math:`\hat
+    g_{jk}`, ``(A,)`` each.
 
-    ``mu``: ``(J, J)`` the structure's mean log speed of each pair, the frame of ``effect``;
     ``pairs``: the measured pairs' ``(job, co, log_speed, n)``, ``(C,)`` each; ``readings``:
     ``(J, R)`` log isolated readings (NaN: none). A cold pair is one not measured whose victim
     was never measured as a victim or whose co-runner was never measured as a co-runner,
     between two jobs with every reading the kernel uses; ``cells`` (``(J, J)``), when given,
-    limits the change to those cells. Returns the new matrix and how many pairs changed.
-    """
-    n_jobs = effect.shape[0]
+    limits them to those cells. Empty where no measured pair lies between jobs with
+    readings (a model saved without them)."""
     job, co, y, n = pairs
     victim = np.zeros(n_jobs, dtype=bool)
     victim[job] = True
@@ -686,17 +695,62 @@ def kernel_blended(
     measured = np.zeros((n_jobs, n_jobs), dtype=bool)
     measured[job, co] = True
     ok = kernel.readable(readings)
-    if not (ok[job] & ok[co]).any():  # readings lost (a model saved without them): no kernel
-        return effect.copy(), 0
+    if not (ok[job] & ok[co]).any():
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
     cold = (~victim[:, None] | ~runner[None, :]) & ~measured & ok[:, None] & ok[None, :]
     if cells is not None:
         cold &= cells
-    out = effect.copy()
     qj, qk = np.nonzero(cold)
-    if weight > 0 and qj.size:
-        g = kernel.log_speed(job, co, y, n.astype(float), readings, qj, qk)
-        out[qj, qk] = (1 - weight) * effect[qj, qk] + weight * (g - mu[qj, qk])
-    return out, int(qj.size) if weight > 0 else 0
+    if qj.size == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    g = kernel.log_speed(job, co, y, n.astype(float), readings, qj, qk)
+    return np.asarray(qj * n_jobs + qk, dtype=np.int64), g
+
+
+def speed_blended(
+    draws: Mapping[str, torch.Tensor], target: torch.Tensor, offset: torch.Tensor,
+    cells: _IntArray, g: _FloatArray, weight: float, *,
+    terms: tuple[torch.Tensor, ...] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""``target`` and ``offset`` (``(J, J)`` each; ``offset`` meets ``target`` under
+    ``draws``) with the pairs at flat indices ``cells`` (``(A,)``) moved so that the speed the
+    model reports for each, its posterior mean over the draws, is the weighted geometric mean
+    of the speed it reported and :math:`e^{\hat g}` (``g``, ``(A,)``: module docstring, *Cold
+    jobs' counters*):
+
+    .. math:: \log \tfrac{1}{S} \textstyle\sum_s e^{\ell_{s}(c')} = (1 - w) \log
+              \tfrac{1}{S} \sum_s e^{\ell_{s}(c)} + w \hat g,
+
+    :math:`\ell_s(c)` the pair's log speed in draw ``s`` at offset :math:`c`: one offset
+    solve on the log of the mean speed (:func:`_solve_offsets` with ``mean_speed``, to
+    1e-10). Each moved pair's target is then the mean log speed its offset reaches (a pair
+    whose blend lies beyond the job's level stays at that level, as any target does).
+    ``terms``: :func:`_pair_terms` of ``draws``.
+
+    >>> import torch, numpy as np
+    >>> d = example_draws(2, seed=0)
+    >>> target = pair_log_speed(d) - 0.05
+    >>> offset = _solve_offsets(d, target)
+    >>> speed = lambda c: _cells_log_mean_speed(_pair_terms(d), c, torch.tensor([1]), 2)
+    >>> t, c = speed_blended(d, target, offset, np.array([1]), np.array([-0.3]), 0.5)
+    >>> bool(abs(speed(c) - (0.5 * speed(offset) - 0.15)) < 1e-9), bool(t[0, 0] == target[0, 0])
+    (True, True)
+    """
+    n_jobs = target.shape[-1]
+    terms = _pair_terms(draws) if terms is None else terms
+    at = torch.as_tensor(cells, dtype=torch.int64)
+    t = target.clone().reshape(-1)
+    c = offset.clone().reshape(-1)
+    if at.numel() == 0 or weight == 0:
+        return t.reshape(target.shape), c.reshape(offset.shape)
+    now = _cells_log_mean_speed(terms, c.reshape(offset.shape), at, n_jobs)
+    want = torch.zeros_like(t)
+    want[at] = (1 - weight) * now + weight * torch.as_tensor(g, dtype=now.dtype)
+    c[at] = _solve_offsets(
+        draws, want.reshape(target.shape), terms=terms, cells=at, mean_speed=True
+    ).reshape(-1)[at]
+    t[at] = _cells_draws(terms, c.reshape(offset.shape), at, n_jobs).mean(0)
+    return t.reshape(target.shape), c.reshape(offset.shape)
 
 
 def _or_everyone(
@@ -807,7 +861,7 @@ def _gather(
 def _solve_offsets(
     draws: Mapping[str, torch.Tensor], target: torch.Tensor, *, tol: float = 1e-10,
     max_iters: int = 60, terms: tuple[torch.Tensor, ...] | None = None,
-    cells: torch.Tensor | None = None,
+    cells: torch.Tensor | None = None, mean_speed: bool = False,
 ) -> torch.Tensor:
     r"""Offsets ``(J, J)`` at which :func:`pair_log_speed` meets ``target`` (the bound where it
     cannot: above the job's level, ``-OFFSET_BOUND``; below the fully loaded speed,
@@ -828,7 +882,11 @@ def _solve_offsets(
     same accuracy took 40 evaluations of :func:`pair_log_speed`; 8 bisection steps before
     Newton's took 10 plus Newton steps on the pairs not yet met; this takes 2 (the bounds) plus
     Newton steps, 6-9 in all per pair on Gavel and Lucid, about half the time. ``terms``: as
-    for :func:`pair_log_speed`.
+    for :func:`pair_log_speed`. With ``mean_speed`` the offsets meet ``target`` in the log of
+    the posterior mean *speed* instead, :math:`\log \frac{1}{S} \sum_s e^{\ell_s(c)}` with
+    :math:`\ell_s(c)` draw ``s``'s log speed (:func:`speed_blended`), whose slope is the
+    draws' slopes weighted by their shares of the mean speed, :math:`\sum_s
+    \mathrm{softmax}(\ell(c))_s\, \ell_s'(c)`: also smooth and decreasing in :math:`c`.
     """
     terms = _pair_terms(draws) if terms is None else terms
     n_jobs = target.shape[-1]
@@ -836,8 +894,22 @@ def _solve_offsets(
     p_j, q, th_r, s_j, b_j, bias_j = _gather(terms, cells, n_jobs)
     t = target.reshape(-1).index_select(0, cells)
 
+    def level(
+        load: torch.Tensor, p_j: torch.Tensor, s_j: torch.Tensor, b_j: torch.Tensor,
+        bias_j: torch.Tensor, with_slope: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        # The objective over the draws and (with_slope) its slope in the offset.
+        value, arg, excess = _log_speed_draws(p_j, load, th_r, s_j, b_j, bias_j)
+        d = None
+        if with_slope:
+            d = -(s_j * torch.sigmoid(KAPPA * arg) * load / (1.0 + s_j * excess)).sum(-1)
+        if not mean_speed:
+            return value.mean(0), None if d is None else d.mean(0)
+        mean = torch.logsumexp(value, 0) - math.log(value.shape[0])
+        return mean, None if d is None else (torch.softmax(value, 0) * d).sum(0)
+
     def f(c: torch.Tensor) -> torch.Tensor:
-        return _mean_log_speed(p_j, q * c.exp().unsqueeze(-1), th_r, s_j, b_j, bias_j)[0] - t
+        return level(q * c.exp().unsqueeze(-1), p_j, s_j, b_j, bias_j, False)[0] - t
 
     lo = torch.full_like(t, -OFFSET_BOUND)
     hi = torch.full_like(t, OFFSET_BOUND)
@@ -853,10 +925,9 @@ def _solve_offsets(
     for _ in range(max_iters):
         if active.numel() == 0:
             break
-        load = q * xa.exp().unsqueeze(-1)
-        value, arg, excess = _mean_log_speed(p_j, load, th_r, s_j, b_j, bias_j)
-        value = value - ta
-        slope = -(s_j * torch.sigmoid(KAPPA * arg) * load / (1.0 + s_j * excess)).sum(-1).mean(0)
+        value, gradient = level(q * xa.exp().unsqueeze(-1), p_j, s_j, b_j, bias_j)
+        assert gradient is not None
+        value, slope = value - ta, gradient
         done = value.abs() <= tol
         x[active] = xa
         if bool(done.all()):
@@ -892,14 +963,31 @@ def _cells_log_speed(
     return _mean_log_speed(p_j, q, th_r, s_j, b_j, bias_j)[0]
 
 
+def _cells_draws(
+    terms: tuple[torch.Tensor, ...], offset: torch.Tensor, cells: torch.Tensor, n_jobs: int
+) -> torch.Tensor:
+    """Each draw's log speed of the pairs at flat indices ``cells`` under pressure offsets
+    ``offset`` (``(J, J)``), ``(S, A)`` (``terms``: :func:`_pair_terms`)."""
+    p_j, q, th_r, s_j, b_j, bias_j = _gather(terms, cells, n_jobs)
+    load = q * offset.reshape(-1)[cells].exp().unsqueeze(-1)
+    return _log_speed_draws(p_j, load, th_r, s_j, b_j, bias_j)[0]
+
+
 def _cells_variance(
     terms: tuple[torch.Tensor, ...], offset: torch.Tensor, cells: torch.Tensor, n_jobs: int
 ) -> torch.Tensor:
     """The variance over the draws of each pair's log speed at flat indices ``cells`` under
     pressure offsets ``offset`` (``(J, J)``), ``(A,)`` (``terms``: :func:`_pair_terms`)."""
-    p_j, q, th_r, s_j, b_j, bias_j = _gather(terms, cells, n_jobs)
-    load = q * offset.reshape(-1)[cells].exp().unsqueeze(-1)
-    return _log_speed_draws(p_j, load, th_r, s_j, b_j, bias_j)[0].var(0)
+    return _cells_draws(terms, offset, cells, n_jobs).var(0)
+
+
+def _cells_log_mean_speed(
+    terms: tuple[torch.Tensor, ...], offset: torch.Tensor, cells: torch.Tensor, n_jobs: int
+) -> torch.Tensor:
+    """The log of the posterior mean speed (over the draws) of the pairs at flat indices
+    ``cells`` under pressure offsets ``offset`` (``(J, J)``), ``(A,)``."""
+    value = _cells_draws(terms, offset, cells, n_jobs)
+    return torch.logsumexp(value, 0) - math.log(value.shape[0])
 
 
 def lifted_spread(
@@ -926,13 +1014,7 @@ def lifted_spread(
     ``target`` and ``offset`` are read).
 
     >>> import torch, numpy as np
-    >>> g = torch.Generator().manual_seed(0)
-    >>> d = {k: torch.randn(shape, generator=g, dtype=torch.float64) * sd + mu
-    ...      for k, shape, sd, mu in [("log_demand", (64, 2, 1), 0.5, -1.0),
-    ...      ("log_intensity", (64, 2, 1), 0.3, 0.0), ("sens_eps", (64, 2, 1), 1.0, 0.0),
-    ...      ("sens_loc", (64, 1), 0.3, 0.0), ("sens_slope", (64, 1), 0.1, 0.5),
-    ...      ("sens_scale", (64, 1), 0.1, 0.5), ("threshold", (64, 1), 0.1, 0.8),
-    ...      ("iso_bias", (64, 2), 0.02, 0.0)]}
+    >>> d = example_draws(2, seed=0)
     >>> lift = np.array([0.1, 0.0])
     >>> up = lifted_draws(d, lift)
     >>> target = pair_log_speed(d) - 0.02
@@ -1016,16 +1098,15 @@ def measured_pairs(
     effect, info["borrowed_rows"], info["borrowed_columns"] = borrowed_effects(
         effect, job, co, family, readings
     )
-    kernel = None
+    kernel, cold, cold_g = None, np.zeros(0, dtype=np.int64), np.zeros(0)
     features = readings if kernel_readings is None else kernel_readings
     if features is not None and kernel_weight > 0:
         kernel, info["counter_kernel"] = fit_counter_kernel(
             job, co, mean, counts.astype(float), features, seed=seed
         )
         if kernel is not None:
-            effect, info["counter_kernel"]["pairs"] = kernel_blended(
-                effect, mu.numpy(), (job, co, mean, counts), features, kernel, kernel_weight
-            )
+            cold, cold_g = cold_kernel_cells(n_jobs, (job, co, mean, counts), features, kernel)
+            info["counter_kernel"]["pairs"] = int(cold.size)
     # A borrowed pair is unmeasured: its effect is its prior mean.
     unmeasured = np.ones_like(effect, dtype=bool)
     unmeasured[job, co] = False
@@ -1041,6 +1122,14 @@ def measured_pairs(
     info["ceiling_lift"] = lift.tolist()
     info["measure_noise"], info["repeats_df"] = measure_noise, repeats
     offset = _solve_offsets(draws, target, terms=terms)
+    if cold.size:
+        target, offset = speed_blended(
+            draws, target, offset, cold, cold_g, kernel_weight, terms=terms
+        )
+        # The blended pairs' completion is what their targets now say (relative to the
+        # lifted structure, as everything stored is).
+        stored = expected.reshape(-1)
+        stored[cold] = (target - mu).reshape(-1).numpy()[cold] - np.repeat(lift, n_jobs)[cold]
     reached = pair_log_speed(draws, offset, terms=terms)[job, co]
     info["unreachable"] = int(((reached - target[job, co]).abs() > 1e-6).sum())
     spread = None
@@ -1080,6 +1169,29 @@ def ceiling_lift(
     np.maximum.at(top, job, target[job, co].numpy())
     alone = draws["iso_bias"].to(torch.float64).mean(0).numpy()
     return np.asarray(np.where(np.isfinite(top), np.maximum(top - alone, 0.0), 0.0), dtype=float)
+
+
+def example_draws(n_jobs: int, *, seed: int, samples: int = 64) -> dict[str, torch.Tensor]:
+    """Toy posterior draws of ``n_jobs`` jobs on one resource, ``samples`` of each site (as
+    :meth:`~interplace.model.InterferenceModel.draws` gives them, without a pair term), for
+    examples and tests of this module's functions: each site normal about a plausible
+    centre.
+
+    >>> d = example_draws(3, seed=0)
+    >>> d["log_demand"].shape, d["threshold"].shape
+    (torch.Size([64, 3, 1]), torch.Size([64, 1]))
+    """
+    gen = torch.Generator().manual_seed(seed)
+    sites = [  # name, shape after the draws, sd, centre
+        ("log_demand", (n_jobs, 1), 0.5, -1.0), ("log_intensity", (n_jobs, 1), 0.3, 0.0),
+        ("sens_eps", (n_jobs, 1), 1.0, 0.0), ("sens_loc", (1,), 0.3, 0.0),
+        ("sens_slope", (1,), 0.1, 0.5), ("sens_scale", (1,), 0.1, 0.5),
+        ("threshold", (1,), 0.1, 0.8), ("iso_bias", (n_jobs,), 0.02, 0.0),
+    ]
+    return {
+        name: torch.randn((samples, *shape), generator=gen, dtype=torch.float64) * sd + centre
+        for name, shape, sd, centre in sites
+    }
 
 
 def lifted_draws(
@@ -1173,18 +1285,24 @@ def extended_pairs(
     terms = _pair_terms(draws)
     base = torch.zeros(n_all * n_all, dtype=torch.float64)
     base[cells] = _cells_log_speed(draws, cells, n_all, terms=terms)
+    target = torch.zeros(n_all * n_all, dtype=torch.float64)
+    target[cells] = base[cells] + torch.as_tensor(expected).reshape(-1)[cells]
+    solved = _solve_offsets(draws, target.reshape(n_all, n_all), terms=terms, cells=cells)
     features = readings if kernel_readings is None else kernel_readings
     if pairs.kernel is not None and features is not None and pairs.kernel_weight > 0:
         new_cells = np.zeros(n_all * n_all, dtype=bool)
         new_cells[cells.numpy()] = True
-        expected, _ = kernel_blended(
-            expected, base.reshape(n_all, n_all).numpy(),
-            (pairs.job, pairs.co, pairs.log_speed, pairs.n), features, pairs.kernel,
-            pairs.kernel_weight, cells=new_cells.reshape(n_all, n_all),
+        cold, g = cold_kernel_cells(
+            n_all, (pairs.job, pairs.co, pairs.log_speed, pairs.n), features, pairs.kernel,
+            cells=new_cells.reshape(n_all, n_all),
         )
-    target = torch.zeros(n_all * n_all, dtype=torch.float64)
-    target[cells] = base[cells] + torch.as_tensor(expected).reshape(-1)[cells]
-    offset = _solve_offsets(draws, target.reshape(n_all, n_all), terms=terms, cells=cells).numpy()
+        blended, solved = speed_blended(
+            draws, target.reshape(n_all, n_all), solved, cold, g, pairs.kernel_weight,
+            terms=terms,
+        )
+        target = blended.reshape(-1)
+        expected.reshape(-1)[cold] = (target - base).numpy()[cold]
+    offset = solved.numpy()
     offset[:n_old, :n_old] = pairs.offset
     # An added job is not lifted, so its own row keeps tau; a lifted fitted job's pair with
     # it gives back what the lift added to its variance, as the fit's own unmeasured pairs do

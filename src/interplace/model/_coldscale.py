@@ -63,9 +63,9 @@ __all__ = [
     "MIN_WARM_JOBS",
     "align_cold_demand",
     "below_array",
-    "below_floor",
     "below_map",
     "isolated_log_readings",
+    "isolated_readings",
     "isolated_samples",
     "readings_array",
     "readings_map",
@@ -101,6 +101,11 @@ def isolated_log_readings(
     ((3, 2), True)
     """
     mean, _ = _isolated_means(counters, n_jobs, resources)
+    return _log_of(mean)
+
+
+def _log_of(mean: np.ndarray[Any, np.dtype[np.float64]]) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """The log of each mean reading, NaN where there is none or it is 0."""
     with np.errstate(divide="ignore", invalid="ignore"):
         out = np.asarray(np.log(mean), dtype=float)
     out[~(mean > 0)] = np.nan
@@ -121,22 +126,26 @@ def _isolated_means(
         return total / count, count
 
 
-def below_floor(
+def isolated_readings(
     counters: Counters, n_jobs: int, resources: Sequence[str], floor: float
-) -> np.ndarray[Any, np.dtype[np.bool_]]:
-    """``(J, R)``: each job that read a resource alone, with a mean reading (as
-    :func:`isolated_log_readings`) below ``floor``, 0 included.
+) -> tuple[np.ndarray[Any, np.dtype[np.float64]], np.ndarray[Any, np.dtype[np.bool_]]]:
+    """``(J, R)`` each job's log mean isolated reading per resource (NaN: none), as
+    :func:`isolated_log_readings`, and ``(J, R)`` which of the jobs that read a resource alone
+    have a mean reading below ``floor``, 0 included (the counter kernel's floor,
+    :func:`~interplace.model._counterkernel.floored`): one walk over the counter groups.
 
     >>> from interplace.datasets import synthetic
     >>> from interplace.model._data import counters_from_samples
     >>> data = synthetic(3, seed=0, samples_per_run=4)
     >>> counters = counters_from_samples(data, tuple(sorted(data.runs["job"].unique())))
-    >>> below_floor(counters, 3, ("gpu_compute",), 0.005).tolist()
-    [[False], [False], [False]]
+    >>> x, below = isolated_readings(counters, 3, ("gpu_compute",), 0.005)
+    >>> x.shape, below.tolist()
+    ((3, 1), [[False], [False], [False]])
     """
     mean, count = _isolated_means(counters, n_jobs, resources)
     with np.errstate(invalid="ignore"):
-        return np.asarray((count > 0) & ~(mean >= floor), dtype=bool)
+        below = np.asarray((count > 0) & ~(mean >= floor), dtype=bool)
+    return _log_of(mean), below
 
 
 def isolated_samples(counters: Counters, n_jobs: int) -> int:
@@ -180,8 +189,9 @@ def readings_map(
 def below_map(
     below: np.ndarray[Any, np.dtype[np.bool_]], jobs: Sequence[str], resources: Sequence[str],
 ) -> dict[str, list[str]]:
-    """:func:`below_floor` as ``{job: [resource, ...]}``, jobs with any only (the form
-    ``info["isolated_below_floor"]`` keeps it in; :func:`below_array` reads it back).
+    """The readings below the floor (:func:`isolated_readings`) as ``{job: [resource,
+    ...]}``, jobs with any only (the form ``info["isolated_below_floor"]`` keeps it in;
+    :func:`below_array` reads it back).
 
     >>> below_map(np.array([[False, True], [False, False]]), ["a", "b"], ["x", "y"])
     {'a': ['y']}

@@ -31,9 +31,11 @@ side), which the rest predict (mean absolute error of the speed :math:`e^{y}`).
 
 The second stage does not replace its prediction of a cold pair by the regression's; it
 averages the two on the log scale (``Hyper.cold_kernel_weight``, :math:`w`, default 0.5:
-:math:`\log \hat v = (1 - w) (\bar\mu + \delta) + w \hat g`), as two estimates of one
-speed from different information: the structure and its mates from the job's fitted
-mechanism, the regression from how pairs of jobs with such readings ran. Measured on Lucid's
+:math:`\log \hat v = (1 - w) \log \bar v + w \hat g`, :math:`\bar v` the posterior mean
+speed the structure with its borrowed effect reports for the pair;
+:func:`~._cells.speed_blended`), as two estimates of one speed from different
+information: the structure and its mates from the job's fitted mechanism, the regression
+from how pairs of jobs with such readings ran. Measured on Lucid's
 cold-start splits in ``docs/benchmarks.md`` ("The counter kernel for cold jobs").
 
 >>> import numpy as np
@@ -122,11 +124,9 @@ class CounterKernel:
 
     def features(self, readings: _FloatArray) -> _FloatArray:
         """``(J, R')`` standardised readings of the kernel's columns (NaN: none)."""
-        cols = list(self.columns)
-        if readings.ndim != 2 or (cols and max(cols) >= readings.shape[1]):
+        if readings.ndim != 2 or max(self.columns) >= readings.shape[1]:
             raise InputError("counter kernel: readings lack the kernel's columns")
-        z = (readings[:, cols] - np.asarray(self.centre)) / np.asarray(self.spread)
-        return np.asarray(z, dtype=float)
+        return _standardised(readings, self.columns, self.centre, self.spread)
 
     def readable(self, readings: _FloatArray) -> np.ndarray[Any, np.dtype[np.bool_]]:
         """``(J,)``: the jobs with every reading the kernel uses."""
@@ -170,6 +170,14 @@ def floored(
     if below is not None:
         out[below] = math.log(READING_FLOOR)
     return out
+
+
+def _standardised(
+    readings: _FloatArray, columns: tuple[int, ...], centre: Any, spread: Any
+) -> _FloatArray:
+    """``(J, R')``: the ``columns`` of ``readings`` less ``centre``, over ``spread``."""
+    z = (readings[:, list(columns)] - np.asarray(centre)) / np.asarray(spread)
+    return np.asarray(z, dtype=float)
 
 
 def _solve_pd(a: _FloatArray, b: _FloatArray) -> _FloatArray:
@@ -234,7 +242,7 @@ def fit_counter_kernel(
     cols, centre, spread = kernel_readings(readings)
     if not cols:
         return None, info
-    z = (readings[:, list(cols)] - centre) / spread
+    z = _standardised(readings, cols, centre, spread)
     ok = np.asarray(np.isfinite(z).all(axis=1), dtype=bool)
     use = ok[job] & ok[co]
     j, k, yy, nn = job[use], co[use], y[use], n[use]

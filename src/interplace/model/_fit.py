@@ -30,9 +30,8 @@ from interplace.errors import InputError, check_seed, is_int, is_real
 from interplace.model._cells import measured_pairs
 from interplace.model._coldscale import (
     align_cold_demand,
-    below_floor,
     below_map,
-    isolated_log_readings,
+    isolated_readings,
     isolated_samples,
     readings_map,
     warm_families,
@@ -1128,8 +1127,7 @@ def fit(
     with_pairs = sorted({jobs[j] for j in obs.job.tolist()})
     gaps: dict[str, list[float]] = {}
     shifts: dict[str, list[float]] = {}
-    readings = isolated_log_readings(counters, len(jobs), resources)
-    below = below_floor(counters, len(jobs), resources, READING_FLOOR)
+    readings, below = isolated_readings(counters, len(jobs), resources, READING_FLOOR)
     if cold_scale:
         warm = np.zeros(len(jobs), dtype=bool)
         warm[np.unique(obs.job)] = True
@@ -1254,7 +1252,7 @@ def stage_inputs(
     without measured pairs (``fit(data, ..., measured=False)``, with the same ``topology``):
     the co-located observations, the ``(J,)`` family indices (negative: none; None for a fit
     without families), the ``(J, R)`` log isolated readings and which of them lie below the
-    counter kernel's floor (:func:`~interplace.model._coldscale.below_floor`). So the second
+    counter kernel's floor (:func:`~interplace.model._coldscale.isolated_readings`). So the second
     stage can be added to one fitted structure in several ways, as :func:`fit` adds it:
 
     >>> from interplace.datasets import synthetic
@@ -1274,8 +1272,7 @@ def stage_inputs(
     counters = counters_from_samples(
         data, jobs, dict(zip(structure.metrics, structure.full_scale, strict=True)), resources
     )
-    readings = isolated_log_readings(counters, len(jobs), resources)
-    below = below_floor(counters, len(jobs), resources, READING_FLOOR)
+    readings, below = isolated_readings(counters, len(jobs), resources, READING_FLOOR)
     return obs, family_codes(structure.families), readings, below
 
 
@@ -1298,7 +1295,7 @@ def with_second_stage(
     (:func:`~interplace.model._cells.measured_pairs`, less ``ceiling_lift``). ``family``:
     ``(J,)`` family indices (negative: none); ``readings``: ``(J, R)`` log isolated readings;
     ``below``: ``(J, R)`` the readings below the counter kernel's floor
-    (:func:`~interplace.model._coldscale.below_floor`; None: none).
+    (:func:`~interplace.model._coldscale.isolated_readings`; None: none).
     """
     with one_blas_thread():
         pairs, completion = measured_pairs(
