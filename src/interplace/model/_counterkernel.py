@@ -36,7 +36,8 @@ speed the structure with its borrowed effect reports for the pair;
 :func:`~._cells.speed_blended`), as two estimates of one speed from different
 information: the structure and its mates from the job's fitted mechanism, the regression
 from how pairs of jobs with such readings ran. Measured on Lucid's
-cold-start splits in ``docs/benchmarks.md`` ("The counter kernel for cold jobs").
+cold-start splits in ``docs/benchmarks.md`` ("The counter kernel for cold jobs" and "The
+counter kernel on the speed the model reports").
 
 >>> import numpy as np
 >>> rng = np.random.default_rng(0)
