@@ -894,22 +894,13 @@ def _solve_offsets(
     p_j, q, th_r, s_j, b_j, bias_j = _gather(terms, cells, n_jobs)
     t = target.reshape(-1).index_select(0, cells)
 
-    def level(
-        load: torch.Tensor, p_j: torch.Tensor, s_j: torch.Tensor, b_j: torch.Tensor,
-        bias_j: torch.Tensor, with_slope: bool = True,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        # The objective over the draws and (with_slope) its slope in the offset.
-        value, arg, excess = _log_speed_draws(p_j, load, th_r, s_j, b_j, bias_j)
-        d = None
-        if with_slope:
-            d = -(s_j * torch.sigmoid(KAPPA * arg) * load / (1.0 + s_j * excess)).sum(-1)
-        if not mean_speed:
-            return value.mean(0), None if d is None else d.mean(0)
-        mean = torch.logsumexp(value, 0) - math.log(value.shape[0])
-        return mean, None if d is None else (torch.softmax(value, 0) * d).sum(0)
+    def over_draws(value: torch.Tensor) -> torch.Tensor:
+        # The objective from each draw's log speed, (S, A) -> (A,).
+        return _log_mean_exp(value) if mean_speed else value.mean(0)
 
     def f(c: torch.Tensor) -> torch.Tensor:
-        return level(q * c.exp().unsqueeze(-1), p_j, s_j, b_j, bias_j, False)[0] - t
+        load = q * c.exp().unsqueeze(-1)
+        return over_draws(_log_speed_draws(p_j, load, th_r, s_j, b_j, bias_j)[0]) - t
 
     lo = torch.full_like(t, -OFFSET_BOUND)
     hi = torch.full_like(t, OFFSET_BOUND)
@@ -925,9 +916,11 @@ def _solve_offsets(
     for _ in range(max_iters):
         if active.numel() == 0:
             break
-        value, gradient = level(q * xa.exp().unsqueeze(-1), p_j, s_j, b_j, bias_j)
-        assert gradient is not None
-        value, slope = value - ta, gradient
+        load = q * xa.exp().unsqueeze(-1)
+        draw, arg, excess = _log_speed_draws(p_j, load, th_r, s_j, b_j, bias_j)
+        d = -(s_j * torch.sigmoid(KAPPA * arg) * load / (1.0 + s_j * excess)).sum(-1)
+        slope = (torch.softmax(draw, 0) * d).sum(0) if mean_speed else d.mean(0)
+        value = over_draws(draw) - ta
         done = value.abs() <= tol
         x[active] = xa
         if bool(done.all()):
@@ -986,7 +979,11 @@ def _cells_log_mean_speed(
 ) -> torch.Tensor:
     """The log of the posterior mean speed (over the draws) of the pairs at flat indices
     ``cells`` under pressure offsets ``offset`` (``(J, J)``), ``(A,)``."""
-    value = _cells_draws(terms, offset, cells, n_jobs)
+    return _log_mean_exp(_cells_draws(terms, offset, cells, n_jobs))
+
+
+def _log_mean_exp(value: torch.Tensor) -> torch.Tensor:
+    r""":math:`\log \frac{1}{S} \sum_s e^{v_s}` over the first dimension (the draws)."""
     return torch.logsumexp(value, 0) - math.log(value.shape[0])
 
 
@@ -1128,8 +1125,8 @@ def measured_pairs(
         )
         # The blended pairs' completion is what their targets now say (relative to the
         # lifted structure, as everything stored is).
-        stored = expected.reshape(-1)
-        stored[cold] = (target - mu).reshape(-1).numpy()[cold] - np.repeat(lift, n_jobs)[cold]
+        vj, vk = np.divmod(cold, n_jobs)
+        expected[vj, vk] = (target - mu).numpy()[vj, vk] - lift[vj]
     reached = pair_log_speed(draws, offset, terms=terms)[job, co]
     info["unreachable"] = int(((reached - target[job, co]).abs() > 1e-6).sum())
     spread = None
@@ -1301,7 +1298,8 @@ def extended_pairs(
             terms=terms,
         )
         target = blended.reshape(-1)
-        expected.reshape(-1)[cold] = (target - base).numpy()[cold]
+        vj, vk = np.divmod(cold, n_all)
+        expected[vj, vk] = (target - base).numpy()[cold]
     offset = solved.numpy()
     offset[:n_old, :n_old] = pairs.offset
     # An added job is not lifted, so its own row keeps tau; a lifted fitted job's pair with
