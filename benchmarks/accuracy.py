@@ -28,7 +28,10 @@ speeds), all fitted with 30% of the co-located runs held out, and scored with Ga
 *measured* speeds as a share of the measured optimum. Every predictor also runs as
 ``<name>+measured``: the pairs measured in training at their measured mean speed, the rest
 its predictions (the model through :class:`interplace.placement.MeasuredOverModel`), so no
-predictor is scored without the measurements another is given.
+predictor is scored without the measurements another is given. It runs once per
+``--families`` setting: without families (``decision`` in the JSON) and with the runs'
+``model`` column as families, the model fitted with them and the trees and EBM given them
+(``decision_families``; soft-impute has no use for them).
 
 For every data set and split it fits the model once per seed (the seed picks both the split
 and the fit) and reports, per seed and as the median over seeds: the model's held-out MAE,
@@ -306,13 +309,15 @@ def fit_time(
 
 
 def _decision_one(
-    job: tuple[int, int, tuple[int, ...], dict[str, Any]],
+    job: tuple[int, int, tuple[int, ...], dict[str, Any], str | None],
 ) -> dict[str, Any]:
-    """One seed of the decision benchmark: every predictor's exact choice, scored on truth."""
+    """One seed of the decision benchmark: every predictor's exact choice, scored on truth
+    (with ``family``, a runs column such as ``"model"``, the model is fitted with those job
+    families and every peer that can use them is given them too)."""
     from interplace.placement import Job, MeasuredOverModel, MeasuredSpeeds, place, score
     from interplace.topology import builtin
 
-    seed, mixes, sizes, fit_kwargs = job
+    seed, mixes, sizes, fit_kwargs, family = job
     gavel = load_gavel("v100")
     inf = [tuple(x) for x in gavel.infeasible.dropna().values.tolist()]
     truth = MeasuredSpeeds.from_pairs(gavel.data.pairs(), forbidden=inf)
@@ -320,7 +325,8 @@ def _decision_one(
     train, _ = holdout_split(gavel.data, holdout_frac=0.3, seed=seed)
     types = list(truth.jobs)
     grid = pd.DataFrame([(a, b) for a in types for b in types], columns=["job", "co_runner"])
-    model = fit(train, seed=seed, **fit_kwargs)
+    model = fit(train, seed=seed, family=family, **fit_kwargs)
+    families = model.family_map() if family is not None else None
     # The model alone, and the model with the fit's own measured pairs taking precedence
     # (what `interplace place --measured` does: a scheduler keeps what it measured).
     sources: dict[str, Any] = {
@@ -336,7 +342,7 @@ def _decision_one(
     )
     for name, make in PEERS.items():
         try:
-            peer = make(train, None, seed)
+            peer = make(train, families, seed)
         except Exception as exc:
             print(f"  peer {name} unavailable: {exc}", file=sys.stderr)
             continue
@@ -360,12 +366,14 @@ def _decision_one(
 
 def decision(
     seeds: list[int], mixes: int, workers: int, fit_kwargs: dict[str, Any] | None = None,
+    family: str | None = None,
 ) -> dict[str, Any]:
     """Decision quality per predictor: the exact best co-location of 12 and 16 Gavel V100
     jobs on the 8 GPUs of dgx-a100 (at most 2 per GPU) chosen on each predictor's speeds
     (fitted with 30% of the co-located runs held out, the seed picking split, fit and mixes),
-    scored with the measured speeds as a share of the measured optimum."""
-    jobs = [(seed, mixes, (12, 16), dict(fit_kwargs or {})) for seed in seeds]
+    scored with the measured speeds as a share of the measured optimum; ``family``: fit with
+    job families (a runs column), given to the peers that can use them as well."""
+    jobs = [(seed, mixes, (12, 16), dict(fit_kwargs or {}), family) for seed in seeds]
     per_seed = spawn_map(_decision_one, jobs, workers)
     names = list(per_seed[0]["ratios"])
     summary = {}
@@ -378,9 +386,10 @@ def decision(
             "min": float(np.min(allr)),
             "seed_means": seed_means,
         }
-        print(f"  decision {name}: mean {summary[name]['mean']:.4f}", file=sys.stderr)
-    return {"mixes_per_size": mixes, "sizes": [12, 16], "summary": summary,
-            "per_seed": per_seed}
+        print(f"  decision (families: {family}) {name}: mean {summary[name]['mean']:.4f}",
+              file=sys.stderr)
+    return {"mixes_per_size": mixes, "sizes": [12, 16], "family": family,
+            "summary": summary, "per_seed": per_seed}
 
 
 def _save(results: dict[str, Any], out: Path | None) -> None:
@@ -515,8 +524,12 @@ def main() -> None:
     if "denoise" in args.parts:
         results["denoise"] = denoise(args.seeds)
         _save(results, args.out)
-    if "decision" in args.parts:
-        results["decision"] = decision(args.seeds, args.mixes, args.workers, fit_kwargs)
+    for family in families if "decision" in args.parts else ():
+        # Without families under "decision" (the key earlier runs wrote), with them under
+        # "decision_families".
+        key = "decision" if family is None else "decision_families"
+        results[key] = decision(args.seeds, args.mixes, args.workers, fit_kwargs, family)
+        _save(results, args.out)
     _save(results, args.out)
     print(json.dumps(results, indent=2))
 
