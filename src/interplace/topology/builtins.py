@@ -8,7 +8,12 @@ Each built-in follows the vendor's published block diagram:
     ConnectX-6 NICs), so GPU-NIC is ``PXB``. 8x A100-SXM4-40GB on 6 NVSwitches: ``NV12``.
 ``dgx-h100``
     2x Xeon 8480C (2 NUMA nodes), each GPU on its own PCIe Gen5 switch with its own
-    ConnectX-7 NIC (``PIX``); 8x H100-SXM5-80GB on 4 NVSwitches: ``NV18``.
+    ConnectX-7 NIC (``PIX``); 8x H100-SXM5-80GB on 4 NVSwitches: ``NV18``. A published
+    ``nvidia-smi topo -m`` of an 8x H100 SXM server with these CPU lists (NVIDIA/nccl issue
+    1264) has ``PIX`` to each GPU's own NIC as here, but ``SYS`` to the NICs of the same
+    socket's other switches, which this built-in, following the block diagram, calls
+    ``NODE``; other H100 servers put a second switch level between a GPU and its NIC
+    (``PXB``). Where it matters, give the machine's own matrix or XML.
 ``dgx1-v100``
     2x Xeon E5-2698 v4, 4 PCIe Gen3 switches with 2 GPUs and 1 InfiniBand NIC each;
     8x V100-SXM2-32GB in the hybrid cube-mesh (NV1/NV2 bonds, 6 links per GPU).
