@@ -490,6 +490,33 @@ class Problem:
         type_of = self.inst_type.__getitem__
         return [g for g in free if barred.isdisjoint(map(type_of, occs[g]))]
 
+    def one_machine_gang(
+        self, st: State, i: int, gpu_key: Callable[[int], tuple[int, ...]],
+        machine_key: Callable[[Sequence[int], tuple[int, ...]], int],
+        ok: Callable[[int], bool] | None = None,
+    ) -> tuple[int, ...] | None:
+        """The GPUs a rule-based policy gives gang instance ``i`` inside one machine, or None.
+
+        On each machine with at least ``n`` GPUs that may take it (``ok``, default
+        :meth:`can_host`), the ``n`` first by ``gpu_key``; of those sets, the one whose
+        ``(machine_key(machine's GPUs, set), set[0])`` is smallest (ties: the lowest GPU
+        index). The baselines differ only in the two keys (``pack``: fewest free slots;
+        ``spread``: fewest jobs; ``lucid``: least load).
+        """
+        n = self.jobs[i].gpus
+        take = ok if ok is not None else (lambda g: self.can_host(st, i, g))
+        best: tuple[int, ...] | None = None
+        best_key: tuple[int, int] | None = None
+        for idx in self.machines.values():
+            free = [g for g in idx if take(g)]
+            if len(free) < n:
+                continue
+            chosen = tuple(sorted(sorted(free, key=gpu_key)[:n]))
+            key = (machine_key(idx, chosen), chosen[0])
+            if best_key is None or key < best_key:
+                best, best_key = chosen, key
+        return best
+
     # --------------------------------------------------------------- states
     def empty_state(self) -> State:
         """Running jobs on their GPUs, every new job unplaced (their speeds scored)."""

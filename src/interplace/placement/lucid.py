@@ -95,17 +95,11 @@ def lucid(
                 g = min(options, key=lambda g: (load(g), problem.taken(st, g), g))
                 problem.assign(st, i, (g,))
             continue
-        best: tuple[int, ...] | None = None
-        best_key: tuple[int, int] | None = None
-        for idx in problem.machines.values():
-            free = sorted((g for g in idx if ok(g)),
-                          key=lambda g: (problem.taken(st, g), load(g), g))
-            if len(free) < n:
-                continue
-            chosen = tuple(sorted(free[:n]))
-            key = (sum(load(g) + problem.taken(st, g) for g in chosen), chosen[0])
-            if best_key is None or key < best_key:
-                best, best_key = chosen, key
+        best = problem.one_machine_gang(
+            st, i, ok=ok,
+            gpu_key=lambda g: (problem.taken(st, g), load(g), g),
+            machine_key=lambda _, chosen: sum(load(g) + problem.taken(st, g) for g in chosen),
+        )
         if best is None and n > problem.machine_size:
             # Larger than a machine: the free GPUs filled machine by machine (the machines
             # with most free first), least taken and least loaded GPUs first.

@@ -30,17 +30,11 @@ def spread(problem: Problem, *, seed: int = 0) -> State:
                 g = min(options, key=lambda g: (problem.taken(st, g), machine_load[of[g]], g))
                 problem.assign(st, i, (g,))
             continue
-        best: tuple[int, ...] | None = None
-        best_key: tuple[int, int] | None = None
-        for idx in problem.machines.values():
-            free = [g for g in idx if problem.can_host(st, i, g)]
-            if len(free) < n:
-                continue
-            load = sum(problem.taken(st, g) for g in idx)
-            chosen = tuple(sorted(sorted(free, key=lambda g: (problem.taken(st, g), g))[:n]))
-            key = (load, chosen[0])
-            if best_key is None or key < best_key:
-                best, best_key = chosen, key
+        best = problem.one_machine_gang(
+            st, i,
+            gpu_key=lambda g: (problem.taken(st, g), g),
+            machine_key=lambda idx, _: sum(problem.taken(st, g) for g in idx),
+        )
         if best is None and n > problem.machine_size:
             whole = problem.gang_candidates(st, i, limit=1)
             best = whole[0] if whole else None
