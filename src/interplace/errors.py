@@ -38,6 +38,7 @@ __all__ = [
     "first_line",
     "is_int",
     "is_real",
+    "open_saved_dir",
     "parse_json",
     "read_csv",
     "read_input",
@@ -266,6 +267,49 @@ def save_dir(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def open_saved_dir(
+    directory: str | os.PathLike[str], meta_name: str, weights_name: str, *, format_name: str,
+    what: str, made_by: str,
+) -> tuple[Path, dict[str, Any], Path]:
+    """What :func:`save_dir` wrote, checked as far as every saved kind shares: the path of
+    the description ``meta_name``, the description (a JSON object whose ``format`` is
+    ``format_name``) and the path of the data file ``weights_name``. Raises
+    :class:`InputError` naming ``what`` (``"model"``, ``"policy"``) for a missing or plain
+    file, a directory without both files, invalid JSON or another format; ``made_by`` says
+    where such a directory comes from. The caller checks the version and the data.
+
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> def write(folder):
+    ...     _ = (folder / "w").write_text("weights")
+    ...     return [folder / "w"]
+    >>> save_dir(root / "m", {"format": "f"}, "m.json", write)
+    >>> meta_path, meta, weights = open_saved_dir(root / "m", "m.json", "w", format_name="f",
+    ...                                          what="model", made_by="fit writes one")
+    >>> meta["format"], weights.name
+    ('f', 'w')
+    >>> open_saved_dir(root / "x", "m.json", "w", format_name="f", what="model",
+    ...                made_by="fit writes one")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    interplace.errors.InputError: no such model directory: .../x
+    """
+    d = Path(directory)
+    if d.exists() and not d.is_dir():
+        raise InputError(f"{d} is a file, not a {what} directory ({made_by})")
+    if not d.is_dir():
+        raise InputError(f"no such {what} directory: {d}")
+    meta_path, weights = d / meta_name, d / weights_name
+    if not meta_path.is_file() or not weights.is_file():
+        raise InputError(f"{d}: not an interplace {what} (needs {meta_name} and {weights_name})")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{meta_path}: not valid JSON ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != format_name:
+        raise InputError(f"{meta_path}: not an interplace {what} description")
+    return meta_path, meta, weights
 
 
 @contextlib.contextmanager

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,6 +22,7 @@ from interplace.errors import (
     check_seed,
     is_int,
     is_real,
+    open_saved_dir,
     plain_number,
     save_dir,
 )
@@ -774,21 +774,11 @@ class InterferenceModel:
         from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        d = Path(directory)
-        if d.exists() and not d.is_dir():
-            raise InputError(f"{d} is a file, not a model directory (fit writes a directory)")
-        if not d.is_dir():
-            raise InputError(f"no such model directory: {d}")
-        meta_path = d / _META
-        weights = d / _WEIGHTS
-        if not meta_path.is_file() or not weights.is_file():
-            raise InputError(f"{d}: not an interplace model (needs {_META} and {_WEIGHTS})")
-        try:
-            meta = json.loads(meta_path.read_text())
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InputError(f"{meta_path}: not valid JSON ({exc})") from None
-        if not isinstance(meta, dict) or meta.get("format") != _FORMAT_NAME:
-            raise InputError(f"{meta_path}: not an interplace model description")
+        meta_path, meta, weights = open_saved_dir(
+            directory, _META, _WEIGHTS, format_name=_FORMAT_NAME, what="model",
+            made_by="fit writes a directory",
+        )
+        d = meta_path.parent
         version = meta.get("format_version")
         if version not in _READS:
             raise InputError(

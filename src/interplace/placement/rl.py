@@ -47,7 +47,6 @@ Gavel V100 model ships in ``interplace/data/policies/default`` (its README says 
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -67,6 +66,7 @@ from interplace.errors import (
     check_seed,
     is_int,
     is_real,
+    open_saved_dir,
     save_dir,
 )
 from interplace.placement._problem import RISK_QUANTILE, Problem, SpeedCache, State
@@ -489,20 +489,10 @@ def load_policy(directory: str | os.PathLike[str]) -> RLPolicy:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    d = Path(directory)
-    meta_path, weights = d / _META, d / _WEIGHTS
-    if d.exists() and not d.is_dir():
-        raise InputError(f"{d} is a file, not a policy directory (train-policy writes one)")
-    if not d.is_dir():
-        raise InputError(f"no such policy directory: {d}")
-    if not meta_path.is_file() or not weights.is_file():
-        raise InputError(f"{d}: not an interplace policy (needs {_META} and {_WEIGHTS})")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{meta_path}: not valid JSON ({exc})") from None
-    if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
-        raise InputError(f"{meta_path}: not an interplace policy description")
+    meta_path, meta, weights = open_saved_dir(
+        directory, _META, _WEIGHTS, format_name=_FORMAT, what="policy",
+        made_by="train-policy writes one",
+    )
     if meta.get("format_version") != _VERSION:
         raise InputError(f"{meta_path}: policy format version {meta.get('format_version')!r}; "
                          f"this interplace reads version {_VERSION}")
