@@ -73,7 +73,9 @@ def paired(rows: list[dict[str, Any]], peer: str, resamples: int, seed: int) -> 
     >>> round(out["mean_difference"], 3), out["seeds_ahead"], out["mixes_won"], out["mixes_tied"]
     (0.01, 4, 4, 4)
     """
-    d = np.array([np.mean(r["ratios"][MODEL]) - np.mean(r["ratios"][peer]) for r in rows])
+    model = np.array([np.mean(r["ratios"][MODEL]) for r in rows])  # each seed's mean
+    other = np.array([np.mean(r["ratios"][peer]) for r in rows])
+    d = model - other
     mix = np.concatenate([np.subtract(r["ratios"][MODEL], r["ratios"][peer]) for r in rows])
     gen = np.random.default_rng(seed)
     means = np.array([d[gen.integers(0, d.size, d.size)].mean() for _ in range(resamples)])
@@ -81,8 +83,7 @@ def paired(rows: list[dict[str, Any]], peer: str, resamples: int, seed: int) -> 
     tie = 1e-12
     return {
         "peer": peer, "seeds": int(d.size), "mixes": int(mix.size),
-        "model_mean": float(np.mean([np.mean(r["ratios"][MODEL]) for r in rows])),
-        "peer_mean": float(np.mean([np.mean(r["ratios"][peer]) for r in rows])),
+        "model_mean": float(model.mean()), "peer_mean": float(other.mean()),
         "mean_difference": float(d.mean()),
         "standard_error": float(d.std(ddof=1) / math.sqrt(d.size)) if d.size > 1 else math.nan,
         "low": float(low), "high": float(high),
