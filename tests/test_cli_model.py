@@ -76,7 +76,7 @@ def test_fit_writes_a_model_and_prints_a_summary(fitted: Fitted) -> None:
     assert fitted.out.count("\n") == 1
     assert fitted.out.startswith("fitted 4 jobs to 20 co-located observations")
     # Small data: the default pools four restarts of 200 steps each.
-    assert "of toy: 800 steps over 4 restarts" in fitted.out
+    assert "of toy: 800 steps in all over 4 restarts" in fitted.out
     assert fitted.out.endswith(f"-> {fitted.model}\n")
     assert "measured pairs kept" in fitted.out
     assert fitted.err == ""  # the tqdm bar shows only on a terminal
@@ -621,7 +621,9 @@ def test_fit_samples_by_nuts_when_asked(
               "--nuts", "0"])
     assert exc.value.code == 2
     assert "--nuts: must be an integer >= 1" in capsys.readouterr().err
-    for flag in ("--nuts-draws", "--nuts-warmup"):
+    # --workers runs only NUTS chains (the SVI restarts run in one process): without --nuts
+    # it would be silently ignored.
+    for flag in ("--nuts-draws", "--nuts-warmup", "--workers"):
         code, _, err = run(capsys, "fit", "--runs", str(fitted.data / "runs.csv"), "--out",
                            str(tmp_path / "n"), flag, "10")
         assert code == 2 and err == f"interplace: error: {flag} needs --nuts CHAINS\n"
@@ -683,3 +685,54 @@ def test_fit_says_when_the_samples_gave_no_counters(
     assert code == 0
     assert err.startswith("interplace: note: the samples gave the model no counters: none of "
                           "its metrics is one the model reads")
+
+
+def test_fit_says_when_every_sample_value_is_missing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, fitted: Fitted
+) -> None:
+    # It said "none of its metrics is one the model reads" of metrics it reads.
+    samples = pd.read_csv(fitted.data / "samples.csv")
+    samples.assign(value=float("nan")).to_csv(tmp_path / "samples.csv", index=False)
+    code, _, err = run(capsys, "fit", "--runs", str(fitted.data / "runs.csv"), "--samples",
+                       str(tmp_path / "samples.csv"), "--out", str(tmp_path / "m"), "--steps",
+                       STEPS, "--restarts", "1", "--quiet")
+    assert code == 0
+    assert err == ("interplace: note: the samples gave the model no counters: every value in "
+                   "them is missing\n")
+
+
+@pytest.mark.parametrize(("value", "said"), [(-50.0, "-50, far below 0"),
+                                             (500.0, "500, far above 100")])
+def test_fit_notes_a_counter_far_outside_its_range(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, fitted: Fitted, value: float, said: str
+) -> None:
+    # ingest and place refuse such readings; a runs-format samples table is not range-checked
+    # (simulated counters dip just below 0), so the fit says so, and fits.
+    samples = pd.read_csv(fitted.data / "samples.csv")
+    row = int((samples["metric"] == "gpu_util_pct").to_numpy().argmax())
+    samples.loc[row, "value"] = value
+    path = tmp_path / "samples.csv"
+    samples.to_csv(path, index=False)
+    code, _, err = run(capsys, "fit", "--runs", str(fitted.data / "runs.csv"), "--samples",
+                       str(path), "--out", str(tmp_path / "m"), "--steps", "20", "--restarts",
+                       "1", "--quiet")
+    assert code == 0
+    assert err.startswith(f"interplace: note: {path}: row {row}: gpu_util_pct is {said} (% of ")
+    assert err.count("\n") == 1 and "1 such reading, fitted as noisy readings" in err
+    # The synthetic table as written, noise just past the bounds included, gets no note.
+    assert fitted.err == ""
+
+
+def test_errors_about_the_data_name_the_runs_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, fitted: Fitted
+) -> None:
+    # The data set is named after the runs file's folder ("toy"); an error the fit raised
+    # about it named "toy", not the file given.
+    runs = str(fitted.data / "runs.csv")
+    for command, extra in (("fit", ("--out", str(tmp_path / "m"))),
+                           ("evaluate", ("--no-peers",))):
+        code, out, err = run(capsys, command, "--runs", runs, "--family", "nocol", *extra)
+        # evaluate's fit sees its training split: "<runs> (train): ..."
+        named = f"{runs}: " if command == "fit" else f"{runs} (train): "
+        assert_one_line_error(code, out, err, f"interplace: error: {named}runs table has no "
+                                              "column 'nocol'")

@@ -64,6 +64,8 @@ def test_pending_goes_to_stderr_and_file(
         ("a,job0,1\na,job1,1\n", [], "duplicate job_id 'a'"),
         ("a,job0,9\n", [], "needs 9 GPUs"),
         ("a,job0,1\n", ["--policy", "nope"], "unknown policy 'nope'"),
+        ("a,job0,1\n", ["--objective", "bogus"],
+         "unknown objective 'bogus' (choose from sum, max-min, risk-averse)"),
         ("a,job0,1\n", ["--policy-file", "x"], "--policy-file only works with --policy rl"),
     ],
 )

@@ -96,7 +96,9 @@ def test_serve_start_up_errors(
 ) -> None:
     cases = [
         (["--model", str(tmp_path / "none"), "--topology", "dgx-a100"], "no such model"),
-        (["--model", str(model_dir)], "either --topology or --node-topology"),
+        (["--model", str(model_dir)], "give --topology (one for every node) or --node-topology"),
+        (["--model", str(model_dir), "--topology", "dgx-a100", "--node-topology", str(tmp_path)],
+         "give --topology or --node-topology, not both"),
         (["--model", str(model_dir), "--topology", "dgx-z9000"], "dgx-z9000"),
         (["--model", str(model_dir), "--topology", "dgx-a100", "--policy", "best"],
          "unknown policy 'best'"),

@@ -39,6 +39,7 @@ __all__ = [
     "is_int",
     "is_real",
     "open_saved_dir",
+    "output_dir",
     "parse_json",
     "read_csv",
     "read_input",
@@ -403,6 +404,34 @@ def prepare_output_dir(path: str | os.PathLike[str], name: str) -> Path:
     except OSError as exc:
         raise InputError(f"cannot write to {name} {out}: {exc.strerror}") from exc
     return out
+
+
+@contextlib.contextmanager
+def output_dir(path: str | os.PathLike[str] | None, name: str) -> Iterator[Path | None]:
+    """:func:`prepare_output_dir` for the ``with`` block (nothing where ``path`` is None); if
+    the block fails, the folders it created are removed again where they are still empty, so
+    a failed command leaves no empty results folder behind.
+
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp()) / "new" / "plots"
+    >>> with contextlib.suppress(InputError), output_dir(d, "--plot directory"):
+    ...     raise InputError("the simulation failed")
+    >>> d.parent.exists()
+    False
+    """
+    if path is None:
+        yield None
+        return
+    out = Path(path)
+    new = [p for p in (out, *out.parents) if not p.exists()]  # deepest first
+    made = prepare_output_dir(out, name)
+    try:
+        yield made
+    except BaseException:
+        for p in new:
+            with contextlib.suppress(OSError):  # not empty (or gone): left as it is
+                p.rmdir()
+        raise
 
 
 def check_output_file(path: str | os.PathLike[str]) -> Path:

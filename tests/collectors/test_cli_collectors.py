@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import signal
@@ -23,10 +22,7 @@ from interplace.collectors.sampler import partial_path, read_partial
 from interplace.collectors.table import read_samples
 from interplace.errors import InputError
 from tests.collectors.test_nvml import FakeNvml
-from tests.collectors.toys import TOY_JOB, WAITS, alive, collect_module
-
-# the module, not the function of the same name that interplace.collectors exports
-profile_module = importlib.import_module("interplace.collectors.profile")
+from tests.collectors.toys import TOY_JOB, WAITS, alive, collect_module, fake_cuda, profile_module
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "collectors"
 
@@ -210,7 +206,7 @@ def test_profile_names_the_gpu_in_runs_as_in_samples_and_notes_unsupported(
                           str(out), "--device", "cuda", "--no-pairs", "--warmup", "0.1",
                           "--measure", "0.2")  # fmt: skip
     assert code == 0, err
-    assert "profiled 1 workloads alone" in text
+    assert "profiled 1 workload alone" in text
     assert err == ("interplace: note: GPU 0 does not report pcie_rx_bytes_total, "
                    "pcie_tx_bytes_total\n")  # fmt: skip
     runs = pd.read_csv(out / "runs.csv", dtype=str)
@@ -264,3 +260,145 @@ def test_collect_says_when_the_command_outlived_duration_or_ended_before_samplin
     samples = len(read_samples(tmp_path / "t.csv"))
     # Python's start-up outlasts the first tick here; if not, it must say nothing was measured.
     assert samples > 0 or "ended before the first sample" in err
+
+
+# ---------------------------------------------------------------- messages name the options
+
+
+def _one_error(code: int, text: str, err: str) -> str:
+    """The message of a one-line ``interplace: error:`` with exit status 2 and no stdout."""
+    assert (code, text) == (2, ""), err
+    assert err.startswith("interplace: error: ") and err.count("\n") == 1, err
+    return err.removeprefix("interplace: error: ").rstrip("\n")
+
+
+@pytest.mark.parametrize(
+    ("name", "argv", "message"),
+    [
+        ("nvsmi_query_units.csv", ["--interval", "5"],
+         "--interval does not apply to the nvsmi-query format"),
+        ("dmon_default.txt", ["--fields", "a,b"], "--fields does not apply to the dmon format"),
+        ("dmon_default.txt", ["--interval", "-1"],
+         "--interval must be a positive number of seconds, got -1"),
+        ("dmon_default.txt", ["--interval", "nan"],
+         "--interval must be a positive number of seconds, got nan"),
+        ("dmon_default.txt", ["--interval", "0"],
+         "--interval must be a positive number of seconds, got 0"),
+    ],
+)  # fmt: skip
+def test_ingest_names_its_options_not_the_librarys(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, argv: list[str], message: str
+) -> None:
+    out = tmp_path / "x.csv"
+    got = _one_error(*run(capsys, "ingest", str(FIXTURES / name), "--out", str(out), *argv))
+    assert got == message
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([f"--interval-ms={value}"], "--interval-ms must be positive (a finite number of "
+         f"milliseconds), got {value}") for value in ("nan", "inf", "-inf", "-5", "0")
+    ] + [
+        ([f"--duration={value}"], f"--duration must be positive (a finite number of seconds), "
+         f"got {value}") for value in ("nan", "inf", "-1", "0")
+    ],
+)  # fmt: skip
+def test_collect_names_its_options_in_its_units(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    argv: list[str], message: str
+) -> None:
+    started: list[object] = []
+    monkeypatch.setattr(collect_module.subprocess, "Popen", lambda *a, **k: started.append(a))
+    got = _one_error(*run(capsys, "collect", "--out", str(tmp_path / "c.csv"), *argv, "--",
+                          "true"))
+    assert got == message
+    assert started == [] and list(tmp_path.iterdir()) == []
+
+
+def test_a_directory_as_output_is_named_as_one(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # both said "<dir>: unknown sample-table extension '(none)' (expected .csv or .parquet)"
+    started: list[object] = []
+    monkeypatch.setattr(collect_module.subprocess, "Popen", lambda *a, **k: started.append(a))
+    for d in (tmp_path, tmp_path / "looks.csv"):
+        d.mkdir(exist_ok=True)
+        message = f"{d} is a directory, not a file"
+        assert _one_error(*run(capsys, "ingest", str(FIXTURES / "dmon_default.txt"), "--out",
+                               str(d))) == message
+        assert _one_error(*run(capsys, "collect", "--out", str(d), "--", "true")) == message
+    assert started == []
+    assert [p.name for p in tmp_path.iterdir()] == ["looks.csv"]
+    assert list((tmp_path / "looks.csv").iterdir()) == []
+
+
+def test_ingest_checks_its_output_before_reading_the_input(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The input is not counter output at all: a bad --out is what is said, first.
+    got = _one_error(*run(capsys, "ingest", str(tmp_path / "missing.txt"), "--out",
+                          str(tmp_path / "s.xlsx")))
+    assert got.endswith("unknown sample-table extension '.xlsx' (expected .csv or .parquet)")
+
+
+def test_ingest_counts_in_the_singular_and_the_plural(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    one = tmp_path / "one.txt"
+    one.write_text("# gpu   pwr\n# Idx     W\n    0    43\n")
+    code, text, err = run(capsys, "ingest", str(one), "--out", str(tmp_path / "one.csv"))
+    assert (code, err) == (0, "")
+    assert text == f"{one}: dmon, 1 sample, 1 metric, 1 device -> {tmp_path / 'one.csv'}\n"
+    code, text, _ = run(capsys, "ingest", str(FIXTURES / "dmon_default.txt"), "--out",
+                        str(tmp_path / "two.csv"))
+    assert code == 0 and ": dmon, 46 samples, 8 metrics, 2 devices -> " in text
+
+
+# ---------------------------------------------------------------- profile and CUDA
+
+
+def test_profile_on_cuda_without_cuda_says_so_up_front(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It was: workload 'gemm' crashed (exit code 1): interplace workload: error: --device cuda
+    # but CUDA is not available before reporting INTERPLACE_UNIT
+    fake_cuda(monkeypatch, 0)
+    monkeypatch.setattr(profile_module, "_Proc", lambda *a, **k: pytest.fail("started"))
+    out = tmp_path / "prof"
+    got = _one_error(*run(capsys, "profile", "--workloads", "gemm", "--out", str(out)))
+    assert got == ("--device cuda: no CUDA device here (torch.cuda.is_available() is False); "
+                   "use --device cpu")
+    fake_cuda(monkeypatch, 1)
+    got = _one_error(*run(capsys, "profile", "--workloads", "gemm", "--out", str(out), "--gpu",
+                          "1"))
+    assert got == "no GPU 1: CUDA sees GPU 0"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_profile_on_cuda_without_cuda_says_so_for_real(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    got = _one_error(*run(capsys, "profile", "--workloads", "launch:8", "--out",
+                          str(tmp_path / "prof"), "--device", "cuda"))
+    assert got.startswith("--device cuda: no CUDA device here (torch.cuda.is_available() is "
+                          "False") and got.endswith("; use --device cpu")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_profile_help_documents_workloads_and_no_fallback(
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["profile", "--help"])
+    assert exit_.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("--workloads SPEC the workloads: a comma list of built-in names, each NAME or "
+            "NAME:SIZE") in text
+    assert "cuda (the default) needs a CUDA GPU" in text and "no automatic fallback" in text
+    assert "cpu on a machine without a GPU" not in text  # read like a fallback

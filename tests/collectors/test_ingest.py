@@ -3,14 +3,18 @@ the file, and ingested tables survive a CSV / Parquet round trip."""
 
 from __future__ import annotations
 
+import math
+import pickle
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from interplace.collectors import FORMATS, detect_format, ingest, read_samples, write_samples
 from interplace.collectors.formats import dmon, nvsmi_query, perf_stat, prometheus
+from interplace.collectors.ingest import OptionError
 from interplace.errors import InputError
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "collectors"
@@ -145,6 +149,51 @@ def test_ingest_with_an_explicit_format_and_options() -> None:
 def test_ingest_refuses_bad_options(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(InputError, match=re.escape(message)):
         ingest(FIXTURES / "dmon_default.txt", **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs", "problem"),
+    [
+        ("nvsmi_query_units.csv", {"interval_s": 5.0}, "does not apply to the nvsmi-query format"),
+        ("dmon_default.txt", {"fields": ["a", "b"]}, "does not apply to the dmon format"),
+        ("perf_stat_interval.csv", {"interval_s": 1.0}, "does not apply to the perf-stat format"),
+    ],
+)  # fmt: skip
+def test_an_option_the_format_does_not_take_is_an_option_error(
+    name: str, kwargs: dict[str, object], problem: str
+) -> None:
+    with pytest.raises(OptionError) as err:
+        ingest(FIXTURES / name, **kwargs)  # type: ignore[arg-type]
+    (option,) = kwargs
+    assert (err.value.option, err.value.problem) == (option, problem)
+    assert str(err.value) == f"option {option} {problem}"
+
+
+@pytest.mark.parametrize(
+    ("interval", "shown"),
+    [(-1.0, "-1"), (0.0, "0"), (0, "0"), (math.nan, "nan"), (math.inf, "inf"), ("5", "'5'"),
+     (True, "True")],
+)  # fmt: skip
+def test_a_bad_interval_is_refused_before_the_file_is_read(
+    tmp_path: Path, interval: object, shown: str
+) -> None:
+    # The file does not exist: the interval is refused first, as the option's problem (it
+    # was "<file>: interval_s must be ...", from the parser, as if the file were at fault).
+    with pytest.raises(OptionError) as err:
+        ingest(tmp_path / "missing.txt", interval_s=interval)  # type: ignore[arg-type]
+    assert (err.value.option, err.value.problem) == (
+        "interval_s", f"must be a positive number of seconds, got {shown}")
+
+
+def test_a_numpy_interval_is_taken() -> None:
+    df = ingest(FIXTURES / "dmon_default.txt", interval_s=np.float32(2.0))  # type: ignore[arg-type]
+    assert sorted(set(df["t_s"])) == [0.0, 2.0, 4.0]
+
+
+def test_option_errors_survive_pickling() -> None:
+    err = pickle.loads(pickle.dumps(OptionError("fields", "does not apply to the dmon format")))
+    assert isinstance(err, OptionError) and isinstance(err, InputError)
+    assert (err.option, str(err)) == ("fields", "option fields does not apply to the dmon format")
 
 
 def test_ingest_parse_errors_name_the_file(tmp_path: Path) -> None:

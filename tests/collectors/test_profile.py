@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import pickle
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -12,7 +14,9 @@ import pytest
 
 from interplace.collectors.host import HostSampler
 from interplace.collectors.profile import (
+    CudaUnavailableError,
     WorkloadSpec,
+    cuda_device_count,
     mps_unavailable_reason,
     parse_progress,
     parse_workloads,
@@ -21,7 +25,7 @@ from interplace.collectors.profile import (
 )
 from interplace.datasets import read_dir
 from interplace.errors import InputError
-from tests.collectors.toys import TOY_JOB
+from tests.collectors.toys import TOY_JOB, fake_cuda, profile_module
 
 
 def _py(name: str, script: str) -> WorkloadSpec:
@@ -166,10 +170,43 @@ time.sleep(30)
 
 
 def test_crashing_workload_is_named_and_nothing_written(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match=r"'bad' crashed \(exit code 3\): boom"):
+    with pytest.raises(InputError) as err:
         profile([_py("ok", TOY_JOB), _py("bad", _CRASH)], tmp_path / "o", warmup_s=0.1,
                 measure_s=0.2, device="cpu", backends=[HostSampler()])
+    assert str(err.value) == ("workload 'bad' crashed (exit code 3) before the measurement "
+                              "window ended; its stderr ends: boom")
     assert not (tmp_path / "o" / "runs.csv").exists()
+
+
+_QUITS_EARLY = """
+import sys, time
+print("INTERPLACE_UNIT steps", flush=True)
+sys.stdin.readline()
+print(f"INTERPLACE_PROGRESS {time.monotonic()!r} 0", flush=True)
+print("done already", file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(
+    ("script", "message"),
+    [
+        # was "... exited before the measurement window ended before reporting INTERPLACE_UNIT"
+        ("pass", "workload 'early' exited before reporting INTERPLACE_UNIT"),
+        ("import sys; print('no GPU', file=sys.stderr); raise SystemExit(1)",
+         "workload 'early' crashed (exit code 1) before reporting INTERPLACE_UNIT; its stderr "
+         "ends: no GPU"),
+        (_QUITS_EARLY, "workload 'early' exited before the measurement window ended; its "
+         "stderr ends: done already"),
+    ],
+)  # fmt: skip
+def test_a_workload_that_ends_early_is_named_once_with_when(
+    tmp_path: Path, script: str, message: str
+) -> None:
+    with pytest.raises(InputError) as err:
+        profile([_py("early", script)], tmp_path / "o", warmup_s=0.1, measure_s=0.2,
+                device="cpu", pairs=False, backends=[HostSampler()])
+    assert str(err.value) == message
+    assert not (tmp_path / "o").exists()
 
 
 def test_silent_workload_is_named(tmp_path: Path) -> None:
@@ -268,3 +305,82 @@ def test_cuda_runs_name_the_gpu_as_the_samples_do(tmp_path: Path,
         profile([job], tmp_path / "o2", device="cuda", gpu=2, backends=[gpus])
     with pytest.raises(InputError, match="gpu must be a GPU index"):
         profile([job], tmp_path / "o2", device="cuda", gpu=-1, backends=[gpus])
+
+
+# ---------------------------------------------------------------- the CUDA check
+
+
+def test_builtins_are_marked_and_files_are_not(tmp_path: Path) -> None:
+    assert [w.builtin for w in parse_workloads("gemm,launch:8")] == [True, True]
+    js = tmp_path / "w.json"
+    js.write_text(json.dumps([{"name": "a", "command": ["a"]}]))
+    assert [w.builtin for w in parse_workloads(str(js))] == [False]
+    with pytest.raises(InputError, match="workload 'a': builtin must be True or False"):
+        WorkloadSpec("a", ("a",), builtin="yes")  # type: ignore[arg-type]
+
+
+def test_builtins_on_cuda_without_cuda_are_refused_before_any_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = fake_cuda(monkeypatch, 0, "CUDA initialization: no driver")
+    started: list[object] = []
+    monkeypatch.setattr(profile_module, "_Proc", lambda *a, **k: started.append(a))
+    with pytest.raises(CudaUnavailableError) as err:
+        profile(parse_workloads("launch:8"), tmp_path / "o", device="cuda",
+                backends=[HostSampler()])
+    assert err.value.reason == ("no CUDA device here (torch.cuda.is_available() is False: "
+                                "CUDA initialization: no driver)")
+    assert str(err.value) == f"device 'cuda': {err.value.reason}; use device='cpu'"
+    assert (started, len(calls)) == ([], 1)
+    assert not (tmp_path / "o").exists()
+    # not cached: a later profile asks again
+    with pytest.raises(CudaUnavailableError):
+        profile(parse_workloads("launch:8"), tmp_path / "o", device="cuda")
+    assert len(calls) == 2
+    # the error pickles (as raised in a worker process, say)
+    again = pickle.loads(pickle.dumps(err.value))
+    assert isinstance(again, CudaUnavailableError) and str(again) == str(err.value)
+
+
+def test_a_gpu_cuda_does_not_see_is_refused_and_a_count_found_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = fake_cuda(monkeypatch, 2)
+    monkeypatch.setattr(profile_module, "_Proc", lambda *a, **k: pytest.fail("started"))
+    with pytest.raises(InputError, match=r"^no GPU 2: CUDA sees GPUs 0\.\.1$"):
+        profile(parse_workloads("launch"), tmp_path / "o", device="cuda", gpu=2)
+    with pytest.raises(InputError, match=r"^no GPU 5: CUDA sees GPUs 0\.\.1$"):
+        profile(parse_workloads("launch"), tmp_path / "o", device="cuda", gpu=5)
+    assert len(calls) == 1  # the count found is kept (a tuning run profiles many times)
+    fake_cuda(monkeypatch, 1)
+    with pytest.raises(InputError, match=r"^no GPU 1: CUDA sees GPU 0$"):
+        profile(parse_workloads("launch"), tmp_path / "o", device="cuda", gpu=1)
+
+
+def test_own_workloads_and_cpu_profiles_are_not_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = fake_cuda(monkeypatch, 0)
+    # your own job need not use this interpreter's torch (nor any): it is not checked
+    result = profile([_py("toy", TOY_JOB)], tmp_path / "own", warmup_s=0.1, measure_s=0.2,
+                     device="cuda", pairs=False, backends=[HostSampler()])
+    assert (result.out / "runs.csv").is_file()
+    with pytest.raises(InputError, match="'mine' exited before reporting"):  # it ran first
+        profile([_py("mine", "pass"), *parse_workloads("launch")], tmp_path / "o",
+                device="cpu", pairs=False, backends=[HostSampler()])
+    assert calls == []
+
+
+def test_cuda_device_count_asks_this_interpreters_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    n, _ = cuda_device_count()
+    assert n == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
+
+
+def test_cuda_device_count_says_when_it_cannot_ask(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "executable", shutil.which("false") or "/bin/false")
+    with pytest.raises(InputError, match=r"^cannot check for CUDA: .*false -c 'import torch' "
+                                         r"failed \(exit code 1\)$"):
+        cuda_device_count()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -266,6 +267,9 @@ def test_output_path_is_checked(tmp_path: Path) -> None:
     (tmp_path / "d.csv").mkdir()
     with pytest.raises(InputError, match="is a directory, not a file"):
         check_output_path(tmp_path / "d.csv")
+    # a directory without an extension too (it was "unknown sample-table extension '(none)'")
+    with pytest.raises(InputError, match=f"^{re.escape(str(tmp_path))} is a directory, not a"):
+        check_output_path(tmp_path)
     (tmp_path / "f").write_text("")
     with pytest.raises(InputError, match="output directory is not a directory"):
         check_output_path(tmp_path / "f" / "s.csv")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -137,6 +138,19 @@ def test_read_refuses_bad_files(tmp_path: Path, name: str, content: str, message
 def test_read_refuses_a_missing_file(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no such file"):
         read_samples(tmp_path / "nope.csv")
+
+
+@pytest.mark.parametrize("name", ["plain", "looks.csv"])
+def test_a_directory_is_named_as_one_not_by_its_extension(tmp_path: Path, name: str) -> None:
+    # "plain" was "unknown sample-table extension '(none)'": true, and no help
+    d = tmp_path / name
+    d.mkdir()
+    message = f"^{re.escape(str(d))} is a directory, not a file$"
+    with pytest.raises(InputError, match=message):
+        read_samples(d)
+    with pytest.raises(InputError, match=message):
+        write_samples(table(), d)
+    assert list(d.iterdir()) == []
 
 
 def test_write_refuses_an_unknown_extension_and_writes_nothing(tmp_path: Path) -> None:

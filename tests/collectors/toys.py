@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 from pathlib import Path
 
+import pytest
+
 #: The module, not the function of the same name that ``interplace.collectors`` exports.
 collect_module = importlib.import_module("interplace.collectors.collect")
+#: The module, not the function of the same name that ``interplace.collectors`` exports.
+profile_module = importlib.import_module("interplace.collectors.profile")
 
 WAITS = """
 import os, pathlib, sys, time
@@ -38,3 +43,20 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def fake_cuda(monkeypatch: pytest.MonkeyPatch, count: int, warning: str = "") -> list[float]:
+    """Make :func:`~interplace.collectors.profile.profile`'s CUDA check see ``count`` devices
+    (and torch's ``warning``) for this test; returns the list of the probe's calls (their
+    timeouts). The check's cache of a count found is fresh for the test and the real one's
+    is left as it was."""
+    calls: list[float] = []
+
+    def probe(timeout_s: float = 120.0) -> tuple[int, str]:
+        calls.append(timeout_s)
+        return count, warning
+
+    monkeypatch.setattr(profile_module, "cuda_device_count", probe)
+    monkeypatch.setattr(profile_module, "_cuda_devices",
+                        functools.cache(profile_module._cuda_devices.__wrapped__))
+    return calls

@@ -144,12 +144,13 @@ def test_validate_samples_names_the_problem(samples: pd.DataFrame, message: str)
     assert message in str(info.value)
 
 
-def test_an_isolated_run_written_twice_is_named_so() -> None:
-    # It read as the job co-located with itself "but has no isolated run".
+def test_identical_rows_without_an_isolated_run_are_named_so() -> None:
+    # It read as the job co-located with itself "but has no isolated run"; a self-pair of
+    # Gavel's (both copies at one speed) looks the same, so the message names both.
     runs = pd.DataFrame({"run_id": ["a", "a", "p", "p"], "job": ["x", "x", "x", "x"],
                          "throughput": [2.0, 2.0, 1.0, 1.1]})
-    with pytest.raises(InputError, match="run_id 'a' has 2 identical rows of job 'x' "
-                                         r"\(a row written twice\?\)"):
+    with pytest.raises(InputError, match="job 'x' has no isolated run: run_id 'a' holds 2 "
+                                         r"identical rows of it \(copies of the job sharing"):
         validate_runs(runs, "bad")
 
 

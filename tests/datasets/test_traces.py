@@ -200,3 +200,49 @@ def test_a_repeated_job_id_is_named_at_its_row_in_the_file(tmp_path: Path) -> No
                  "7,a,1,50,x,10\n7,a,1,5,x,10\n8,a,1,40,x,10\n")
     with pytest.raises(InputError, match=r"philly\.csv: row 1 repeats job_id '7'"):
         load_philly(p)
+
+
+def test_a_parquet_trace_reads_as_the_same_csv(tmp_path: Path) -> None:
+    # Any name was read as CSV: a Parquet file failed on its bytes ("'utf-8' codec can't
+    # decode"). Now *.parquet is Parquet, its text columns read as a CSV's (a job id stored
+    # as a number is the text "7"; a missing user stays missing).
+    csv = _write(tmp_path, PHILLY_HEAD + "7,u1,2,30,vgg16,100\n8,,1,10,alexnet,5\n")
+    pq = tmp_path / "t.parquet"
+    pd.read_csv(csv).to_parquet(pq)
+    assert pd.read_parquet(pq)["job_id"].dtype.kind == "i"
+    pd.testing.assert_frame_equal(load_philly(pq).jobs, load_philly(csv).jobs)
+    assert load_philly(pq).jobs["job_id"].tolist() == ["8", "7"]
+    assert load_philly(pq).jobs["user"].isna().tolist() == [True, False]
+    pods = _write(tmp_path, OPENB_HEAD + "a,1,1,1,460,,LS,Running,0,100,0\n")
+    pd.read_csv(pods).to_parquet(tmp_path / "pods.parquet")
+    pd.testing.assert_frame_equal(load_alibaba_openb(tmp_path / "pods.parquet").jobs,
+                                  load_alibaba_openb(pods).jobs)
+    # Venus times stored as times (with a zone) read as their text does.
+    times = pd.to_datetime(["2020-04-01 00:00", "2020-04-01 00:10"]).tz_localize("Asia/Shanghai")
+    pd.DataFrame({"time": times, "submit_gpu_job": [2, 0], "submit_gpu_num": [3, 0]}).to_parquet(
+        tmp_path / "venus.parquet")
+    assert load_venus(tmp_path / "venus.parquet").jobs[["submit_s", "gpus"]].values.tolist() == [
+        [150.0, 1.5], [450.0, 1.5]]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        # was "lacks column(s) job_id, ...": the CSV reader read its bytes as a header
+        ("t.parquet", b"job_id,user,num_gpu,submit_time,model_name,duration\n", "cannot read "
+         "trace .*t\\.parquet: .*Parquet"),
+        ("t.parquet", b"", "cannot read trace .*t\\.parquet"),
+        ("t.csv", None, "t\\.csv: a Parquet file; name it \\*\\.parquet to read it as Parquet"),
+    ],
+)
+def test_an_unreadable_or_misnamed_parquet_trace_is_named(
+    tmp_path: Path, name: str, content: bytes | None, message: str
+) -> None:
+    if content is None:  # a good Parquet file under a CSV name
+        pd.DataFrame({"job_id": ["a"]}).to_parquet(tmp_path / "good.parquet")
+        content = (tmp_path / "good.parquet").read_bytes()
+    (tmp_path / name).write_bytes(content)
+    for load in (load_philly, load_alibaba_openb, load_venus):
+        with pytest.raises(InputError, match=message) as info:
+            load(tmp_path / name)
+        assert "\n" not in str(info.value) and "lacks column" not in str(info.value)

@@ -123,8 +123,14 @@ def test_cli(tmp_path: Path, small_model: InterferenceModel,
     code = main(["train-policy", "--model", str(model_dir), "--topology", "pcie-8gpu",
                  "--out", str(out), "--episodes", "3", "--rollouts", "2", "--quiet"])
     assert code == 0 and (out / "policy.safetensors").is_file()
-    # The reward is averaged over the episodes there were (it said "last 20" of 3).
-    assert "last 3 episodes" in capsys.readouterr().out
+    # The reward is averaged over the episodes there were (it said "last 20" of 3); the
+    # output path is printed as given, as the other commands print theirs.
+    printed = capsys.readouterr().out
+    assert "trained on 3 episodes x 2 rollouts on pcie-8gpu" in printed
+    assert "last 3 episodes" in printed and printed.endswith(f"-> {out}\n")
+    code = main(["train-policy", "--model", str(model_dir), "--topology", "pcie-8gpu",
+                 "--out", str(tmp_path / "one"), "--episodes", "1", "--rollouts", "2", "--quiet"])
+    assert code == 0 and "trained on 1 episode x 2 rollouts on " in capsys.readouterr().out
     jobs = tmp_path / "jobs.csv"
     jobs.write_text("job_id,job,gpus\n" + "".join(
         f"j{k},{small_model.jobs[k % 4]},1\n" for k in range(6)))

@@ -111,6 +111,10 @@ def test_ground_truth_and_errors(tmp_path: Path) -> None:
     assert not g.speeds.can_share("CycleGAN", "Transformer (batch size 256)")
     with pytest.raises(InputError, match="unknown ground truth"):
         ground_truth("nope")
+    with pytest.raises(InputError, match=f"^no such file: {tmp_path / 'gavel-v100'}$"):
+        ground_truth(str(tmp_path / "gavel-v100"))  # a path, not the packaged name
+    with pytest.raises(InputError, match="is a directory, not a file"):
+        ground_truth(str(tmp_path))
     runs = tmp_path / "runs.csv"
     runs.write_text("run_id,job,throughput\na,x,1\nb,y,2\np,x,0.5\np,y,1.5\n")
     mine = ground_truth(str(runs))
@@ -183,16 +187,115 @@ def test_cli_json_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
          "too long to simulate"),
         (["--ground-truth", "gavel-x"], "unknown Gavel GPU type"),
         # was ignored: the built-in Philly excerpt ran as if no format had been given
-        (["--trace-format", "venus"], "--trace-format venus reads a trace file"),
+        (["--trace-format", "openb"], "--trace-format openb reads a trace file"),
+        # Venus has arrival counts only: refused as a format, saying why, whatever the trace
+        (["--trace-format", "venus"],
+         "argument --trace-format: a venus trace (Lucid's cluster_throughput.csv) has arrival "
+         "counts only, no job durations, so it cannot be simulated; use a philly or openb "
+         "trace, or --trace synthetic"),
+        (["--trace", "t.csv", "--trace-format", "venus"], "has arrival counts only"),
+        (["--trace-format", "nope"], "unknown trace format 'nope' (choose from philly, openb)"),
+        # a runs file that is not there was "unknown ground truth"
+        (["--ground-truth", "nosuch.csv"], "no such file: nosuch.csv"),
+        (["--ground-truth", "sub/nosuch"], "no such file: sub/nosuch"),
+        (["--ground-truth", "gavel-runs.csv"], "no such file: gavel-runs.csv"),
+        (["--ground-truth", "nope"], "unknown ground truth 'nope'"),
     ],
 )
 def test_cli_errors(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code: object
     try:
         code = main(["simulate", "--jobs", "4", *args])
     except SystemExit as exc:  # argparse's own checks
         code = exc.code
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_venus_is_no_simulation_trace_format(tmp_path: Path) -> None:
+    # load_venus gives every job an unknown duration (the file counts arrivals per bin), so
+    # the simulator found "only 0 jobs with a duration" whatever was asked: it is refused up
+    # front, through the API too, and the CLI's choices are the formats it reads.
+    from interplace.cli.simulate import _FORMATS
+    from interplace.simulate import _run
+
+    assert _FORMATS == _run.TRACE_FORMATS and "venus" not in _run.TRACE_FORMATS
+    venus = tmp_path / "venus.csv"
+    venus.write_text("time,submit_gpu_job,submit_gpu_num\n2020-04-01 00:00:00,2,2\n")
+    config = _run.SimConfig(trace=str(venus), trace_format="venus", n_jobs=1,
+                            policies=("fifo-exclusive",))
+    with pytest.raises(InputError, match=r"^a venus trace .* no job durations"):
+        _run.compare(config)
+    with pytest.raises(InputError, match="no job durations"):
+        _run.run_workload(config, ground_truth("gavel-v100"), 8)
+    with pytest.raises(InputError, match=r"unknown trace format 'csv' \(choose from philly, "):
+        _run.compare(_run.SimConfig(trace=str(venus), trace_format="csv"))
+
+
+PHILLY_HEAD = "job_id,user,num_gpu,submit_time,model_name,duration\n"
+OPENB_HEAD = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+              "creation_time,deletion_time,scheduled_time\n")
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "trace_format"),
+    [
+        # a job without a duration (0) and one with 16 GPUs do not count
+        ("tr_5.csv", PHILLY_HEAD + "1,u,1,0,m,60\n2,u,1,5,m,0\n3,u,16,9,m,60\n", "philly"),
+        # an unscheduled pod has no run time
+        ("pods.csv", OPENB_HEAD + "a,1,1,1,1000,,LS,Running,0,60,0\n"
+         "b,1,1,1,1000,,LS,Pending,5,60,\n", "openb"),
+    ],
+)
+def test_too_few_jobs_names_the_trace_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, text: str, trace_format: str
+) -> None:
+    # The message named the format ("philly: only ...", "venus: ..."), not the file; and the
+    # --plot folder made before the simulation was left behind, empty.
+    path = tmp_path / name
+    path.write_text(text)
+    plots = tmp_path / "new" / "plots"
+    code = main(["simulate", "--trace", str(path), "--trace-format", trace_format, "--jobs",
+                 "2", "--policies", "fifo-exclusive", "--plot", str(plots)])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert err.startswith(f"interplace: error: {path}: only 1 job with a duration and 1-8 GPUs, "
+                          "2 asked for")
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_parquet_trace_reads_as_its_csv_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A Parquet trace was read as CSV ("'utf-8' codec can't decode ..."); a corrupt one was
+    # "lacks column(s) ...".
+    import pandas as pd
+
+    csv = tmp_path / "tr.csv"
+    csv.write_text(PHILLY_HEAD + "7,u,1,0,m,600\n8,u,2,30,m,1200\n9,u,1,60,m,300\n")
+    pd.read_csv(csv).to_parquet(tmp_path / "tr.parquet")  # job_id stored as a number
+    metrics = []
+    for trace in (csv, tmp_path / "tr.parquet"):
+        code = main(["simulate", "--trace", str(trace), "--jobs", "3", "--topology", "dgx-a100",
+                     "--policies", "fifo-exclusive,pack", "--json"])
+        assert code == 0
+        out = json.loads(capsys.readouterr().out)["policies"]
+        metrics.append({policy: {k: v for k, v in m.items()  # not the timings
+                                 if k not in ("wall_s", "decision_ms_median")}
+                        for policy, m in out.items()})
+    assert metrics[0] == metrics[1] and metrics[0]["pack"]["avg_jct_s"] > 0
+    for name, content, message in [
+        ("bad.parquet", b"job_id,user\n1,u\n", "cannot read trace "),
+        ("empty.parquet", b"", "cannot read trace "),
+        ("disguised.csv", (tmp_path / "tr.parquet").read_bytes(),
+         "a Parquet file; name it *.parquet to read it as Parquet"),
+    ]:
+        (tmp_path / name).write_bytes(content)
+        code = main(["simulate", "--trace", str(tmp_path / name), "--jobs", "3",
+                     "--policies", "fifo-exclusive"])
+        err = capsys.readouterr().err
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert message in err and str(tmp_path / name) in err and "lacks column" not in err
 
 
 def test_cli_refuses_a_plot_folder_it_could_not_write_before_simulating(
@@ -291,14 +394,16 @@ def test_a_sweep_runs_its_configs_through_spawn_map(monkeypatch: pytest.MonkeyPa
 
     calls: list[tuple[object, list[object], int]] = []
 
-    def fake(func: object, tasks: list[object], workers: int) -> list[str]:
+    def fake(func: object, tasks: list[object], workers: int) -> list[dict[str, dict[str, float]]]:
         calls.append((func, list(tasks), workers))
-        return [f"metrics {i}" for i in range(len(tasks))]
+        return [{f"metrics {i}": {}} for i in range(len(tasks))]
 
     monkeypatch.setattr(_run, "spawn_map", fake)
     configs = [_run.SimConfig(seed=s) for s in (0, 1, 2)]
-    assert _run.sweep(configs, workers=2) == ["metrics 0", "metrics 1", "metrics 2"]
-    assert _run.sweep(configs) == ["metrics 0", "metrics 1", "metrics 2"]
+    expect: list[dict[str, dict[str, float]]] = [{"metrics 0": {}}, {"metrics 1": {}},
+                                                 {"metrics 2": {}}]
+    assert _run.sweep(configs, workers=2) == expect
+    assert _run.sweep(configs) == expect
     assert calls == [(_run._one, configs, 2), (_run._one, configs, os.cpu_count() or 1)]
 
 

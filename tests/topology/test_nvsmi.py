@@ -194,6 +194,8 @@ def test_variants_parse_identically(name: str) -> None:
         "spaces": clean.replace("\t", "   "),
         "crlf": clean.replace("\n", "\r\n"),
         "prompt": "$ nvidia-smi topo -m\n\n" + clean,
+        # what `interplace topo` prints above its matrix, so that saved output reads back
+        "summary": "x: 8 GPUs, 1 machine, 2 NUMA nodes, 4 PCIe switches, 2 NICs\n\n" + clean,
         "no legend": re.sub(r"\nLegend:.*?(?=\nNIC Legend:|$)", "\n", clean, flags=re.S),
     }
     for label, variant in variants.items():

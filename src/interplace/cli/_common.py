@@ -7,13 +7,16 @@ import itertools
 import math
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from interplace.errors import SEED_LIMIT
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from interplace.datasets.runs import CoLocationData
     from interplace.topology import Topology
 
@@ -60,6 +63,15 @@ def open_fraction(text: str) -> float:
     return value
 
 
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun``, the noun plural unless ``n`` is 1.
+
+    >>> count(1, "job"), count(3, "job"), count(0, "co-location")
+    ('1 job', '3 jobs', '0 co-locations')
+    """
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def positive_number(text: str) -> float:
     """An argparse type: a finite number > 0."""
     try:
@@ -96,7 +108,98 @@ def read_data(runs_path: str, samples_path: str | None) -> CoLocationData:
         samples = read_samples(samples_path)
         # Checked here first so that an error names the samples file, not the data set.
         validate_samples_for_runs(samples, runs, str(samples_path))
+        note = counter_range_note(samples, str(samples_path))
+        if note is not None:
+            sys.stderr.write(f"interplace: note: {note}\n")
     return CoLocationData(runs, samples, data_name(Path(runs_path)))
+
+
+RANGE_MARGIN = 0.1
+"""How far past its unit's range a counter reading may lie before :func:`counter_range_note`
+calls it out: a tenth of the range for a percentage (below -10 or above 110), a tenth of the
+metric's largest reading below 0 for the others."""
+
+
+def counter_range_note(samples: pd.DataFrame, what: str) -> str | None:
+    """A note naming the first reading of a known counter far outside its unit's range, or None.
+
+    The model reads counters as true value plus noise, so a runs-format samples table is not
+    range-checked (simulated counters dip just below 0): a reading just past a bound is noise.
+    One further out than :data:`RANGE_MARGIN` of the range (a GPU utilisation of -50% or
+    500%, a negative byte count) is no noisy reading of a real one, and the fit would take it
+    as one; the commands that fit say so. Temperatures and unknown metrics are not checked.
+    Rows count from 0.
+
+    >>> import pandas as pd
+    >>> s = pd.DataFrame({"metric": ["gpu_util_pct"] * 3, "value": [-4.0, 50.0, 108.0]})
+    >>> counter_range_note(s, "s.csv") is None
+    True
+    >>> print(counter_range_note(s.assign(value=[-50.0, 50.0, 500.0]), "s.csv"))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    s.csv: row 0: gpu_util_pct is -50, far below 0 (% of time one or more kernels ran on the
+    GPU (NVML utilization.gpu)); 2 such readings, fitted as noisy readings of real ones: check
+    the table
+    """
+    import numpy as np
+    import pandas as pd
+
+    from interplace.collectors.table import CANONICAL_METRICS
+
+    names = samples["metric"].astype(str).to_numpy()
+    values = pd.to_numeric(samples["value"], errors="coerce").to_numpy(dtype=float)
+    first: tuple[int, str, float, str] | None = None
+    count = 0
+    for name, unit in CANONICAL_METRICS.items():
+        rows = np.flatnonzero((names == name) & np.isfinite(values))
+        if name == "temp_c" or rows.size == 0:
+            continue
+        v = values[rows]
+        if name.endswith("_pct"):
+            low, high = -100 * RANGE_MARGIN, 100 * (1 + RANGE_MARGIN)
+        else:
+            low, high = -RANGE_MARGIN * max(float(v.max()), 0.0), math.inf
+        bad = (v < low) | (v > high)
+        count += int(bad.sum())
+        if bad.any():
+            i = int(rows[np.argmax(bad)])
+            if first is None or i < first[0]:
+                side = "far below 0" if values[i] < low else "far above 100"
+                first = (i, name, float(values[i]), f"{side} ({unit})")
+    if first is None:
+        return None
+    i, name, value, why = first
+    such = "1 such reading" if count == 1 else f"{count} such readings"
+    return (f"{what}: row {i}: {name} is {value:g}, {why}; {such}, fitted as noisy readings "
+            "of real ones: check the table")
+
+
+@contextmanager
+def naming_file(data: CoLocationData, runs_path: str | os.PathLike[str]) -> Iterator[None]:
+    """Inside, an :class:`~interplace.errors.InputError` that names the data set (``data.name``,
+    which :func:`data_name` derived from the runs file, or a split of it such as
+    ``"prof (train)"``) names the runs file the user gave instead.
+
+    >>> import pandas as pd
+    >>> from interplace.datasets.runs import CoLocationData
+    >>> from interplace.errors import InputError
+    >>> data = CoLocationData(pd.DataFrame({"run_id": ["a"], "job": ["x"], "throughput": [1.0]}),
+    ...                       None, "prof")
+    >>> with naming_file(data, "prof/runs.csv"):
+    ...     raise InputError("prof: nothing to fit")
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: prof/runs.csv: nothing to fit
+    """
+    from interplace.errors import InputError
+
+    try:
+        yield
+    except InputError as exc:
+        text = str(exc)
+        rest = text.removeprefix(data.name)
+        if rest == text or not rest.startswith((": ", " (")):  # " (train): ", a split of it
+            raise
+        raise InputError(f"{runs_path}{rest}") from None
 
 
 def add_model_data_args(p: argparse.ArgumentParser) -> None:
@@ -114,7 +217,8 @@ def add_seed_steps_args(p: argparse.ArgumentParser, seed_help: str) -> None:
         "--steps",
         type=int_at_least(1),
         default=3000,
-        help="most optimisation steps; the fit may stop earlier (default: 3000)",
+        help="most optimisation steps of each SVI restart; a restart may stop earlier "
+        "(default: 3000)",
     )
 
 
@@ -183,14 +287,16 @@ def add_rank_arg(p: argparse.ArgumentParser) -> None:
         type=int_at_least(1),
         metavar="K",
         help="fit K times from seeded starts and keep the equal mixture of the K posteriors "
-        "(stepped together in one process: four cost about 1.3 fits' time; default: "
-        "interplace.model.fit's)",
+        "(stepped together in one process: four cost about 1.3 fits' time; default: 4 on "
+        "data of at most 2000 observations and counter groups, 1 on larger data, one per "
+        "chain with --nuts)",
     )
     p.add_argument(
         "--temper",
         type=positive_number,
         metavar="LAMBDA",
-        help="raise the likelihoods to this power in the fit (default: interplace.model.fit's)",
+        help="raise the likelihoods to this power in the fit (default: 1.5 with several "
+        "restarts, 1 with one or with --nuts)",
     )
     p.add_argument(
         "--lr",
@@ -223,14 +329,15 @@ def fit_workers(args: argparse.Namespace) -> int:
 
 
 def fit_steps(info: Mapping[str, Any]) -> str:
-    """How a fit ran, from its ``info``: ``"800 steps"``, ``"800 steps over 4 restarts,
-    pooled"``, each with ``", converged early"`` when every SVI run stopped on its plateau.
+    """How a fit ran, from its ``info``: ``"800 steps"``, ``"800 steps in all over 4
+    restarts, pooled"`` (steps summed over the restarts), each with ``", converged early"``
+    when every SVI run stopped on its plateau.
 
     >>> fit_steps({"steps": 800, "restarts": 4, "stopped_early": True})
-    '800 steps over 4 restarts, pooled, converged early'
+    '800 steps in all over 4 restarts, pooled, converged early'
     """
     restarts = int(info.get("restarts", 1))
-    pooled = f" over {restarts} restarts, pooled" if restarts > 1 else ""
+    pooled = f" in all over {restarts} restarts, pooled" if restarts > 1 else ""
     early = ", converged early" if info.get("stopped_early") else ""
     return f"{info['steps']} steps{pooled}{early}"
 

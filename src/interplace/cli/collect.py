@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -23,8 +24,14 @@ def _run(args: argparse.Namespace) -> int:
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
-    if args.interval_ms <= 0:
-        raise InputError(f"--interval-ms must be positive, got {args.interval_ms}")
+    # Checked here, not left to collect(), whose messages speak of the sampling interval in
+    # seconds: this command's options are --interval-ms (milliseconds) and --duration.
+    if not (math.isfinite(args.interval_ms) and args.interval_ms > 0):
+        raise InputError("--interval-ms must be positive (a finite number of milliseconds), "
+                         f"got {args.interval_ms:g}")
+    if args.duration is not None and not (math.isfinite(args.duration) and args.duration > 0):
+        raise InputError("--duration must be positive (a finite number of seconds), "
+                         f"got {args.duration:g}")
 
     def stamp(path: os.PathLike[str]) -> tuple[int, int] | None:
         """Identifies this version of ``path``: a file or directory written since differs."""

@@ -14,6 +14,7 @@ from interplace.cli._common import (
     add_model_data_args,
     add_rank_arg,
     int_at_least,
+    naming_file,
     open_fraction,
     rank_kwargs,
     read_data,
@@ -36,19 +37,20 @@ def _run(args: argparse.Namespace) -> int:
 
         topology = load(args.topology)
     data = read_data(args.runs, args.samples)
-    result = evaluate(
-        data,
-        holdout_frac=0.3 if args.holdout_frac is None else args.holdout_frac,
-        cold_jobs=args.cold_jobs,
-        seed=args.seed,
-        steps=args.steps,
-        topology=topology,
-        progress=sys.stderr.isatty() and not args.quiet,
-        mode=args.mode,
-        family=args.family,
-        fit_kwargs=rank_kwargs(args),
-        peers=not args.no_peers,
-    )
+    with naming_file(data, args.runs):
+        result = evaluate(
+            data,
+            holdout_frac=0.3 if args.holdout_frac is None else args.holdout_frac,
+            cold_jobs=args.cold_jobs,
+            seed=args.seed,
+            steps=args.steps,
+            topology=topology,
+            progress=sys.stderr.isatty() and not args.quiet,
+            mode=args.mode,
+            family=args.family,
+            fit_kwargs=rank_kwargs(args),
+            peers=not args.no_peers,
+        )
     text = json.dumps(result, indent=2) + "\n"
     if out is not None:
         with atomic_write(out, "w") as fh:

@@ -17,6 +17,7 @@ from interplace.cli._common import (
     fit_steps,
     fit_workers,
     int_at_least,
+    naming_file,
     rank_kwargs,
     read_data,
 )
@@ -142,7 +143,8 @@ def _run(args: argparse.Namespace) -> int:
         topology = load(args.topology)
     nuts = None
     if args.nuts is None:
-        for flag, value in (("--nuts-draws", args.nuts_draws), ("--nuts-warmup", args.nuts_warmup)):
+        for flag, value in (("--nuts-draws", args.nuts_draws), ("--nuts-warmup", args.nuts_warmup),
+                            ("--workers", args.workers)):
             if value is not None:
                 raise InputError(f"{flag} needs --nuts CHAINS")
     else:
@@ -150,19 +152,20 @@ def _run(args: argparse.Namespace) -> int:
         warmup = draws if args.nuts_warmup is None else args.nuts_warmup
         nuts = Nuts(chains=args.nuts, warmup=warmup, draws=draws)
     data = read_data(args.runs, args.samples)
-    model = fit(
-        data,
-        seed=args.seed,
-        steps=args.steps,
-        topology=topology,
-        device=args.device,
-        progress=sys.stderr.isatty() and not args.quiet,
-        mode=args.mode,
-        family=args.family,
-        nuts=nuts,
-        workers=fit_workers(args),
-        **rank_kwargs(args),
-    )
+    with naming_file(data, args.runs):
+        model = fit(
+            data,
+            seed=args.seed,
+            steps=args.steps,
+            topology=topology,
+            device=args.device,
+            progress=sys.stderr.isatty() and not args.quiet,
+            mode=args.mode,
+            family=args.family,
+            nuts=nuts,
+            workers=fit_workers(args),
+            **rank_kwargs(args),
+        )
     model.save(out)
     info = model.info
     kept = (
@@ -187,6 +190,8 @@ def _unread_samples(data: CoLocationData, model: InterferenceModel) -> str | Non
 
     known = set(METRIC_RESOURCE)
     read = set(data.samples.loc[data.samples["value"].notna(), "metric"].astype(str))
+    if not read:
+        return "the samples gave the model no counters: every value in them is missing"
     why = ("none of its metrics is one the model reads" if not read & known
            else "none of them was read in an isolated run")
     return (f"the samples gave the model no counters: {why} (it reads "

@@ -5,25 +5,33 @@ from __future__ import annotations
 import argparse
 import sys
 
-from interplace.cli._common import Subparsers
+from interplace.cli._common import Subparsers, count
+from interplace.errors import InputError
 
 __all__ = ["register"]
 
+_OPTIONS = {"fields": "--fields", "interval_s": "--interval"}
+"""The command's option for each keyword option of :func:`interplace.collectors.ingest`."""
 
 
 def _run(args: argparse.Namespace) -> int:
     from interplace.collectors import ingest, write_samples
+    from interplace.collectors.ingest import OptionError
+    from interplace.collectors.sampler import check_output_path
 
+    check_output_path(args.out)  # before reading the input: a bad --out fails at once
     fields = [f.strip() for f in args.fields.split(",") if f.strip()] if args.fields else None
-    df = ingest(
-        args.file, format=args.format, host=args.host, fields=fields, interval_s=args.interval
-    )
+    try:
+        df = ingest(
+            args.file, format=args.format, host=args.host, fields=fields, interval_s=args.interval
+        )
+    except OptionError as exc:  # named as the library's keyword: say it as this command's option
+        raise InputError(f"{_OPTIONS[exc.option]} {exc.problem}") from None
     write_samples(df, args.out)
-    n_dev = df["device"].nunique()
-    n_met = df["metric"].nunique()
+    counts = ", ".join((count(len(df), "sample"), count(df["metric"].nunique(), "metric"),
+                        count(df["device"].nunique(), "device")))
     sys.stdout.write(
-        f"{args.file}: {df.attrs.get('format', args.format)}, {len(df)} samples, "
-        f"{n_met} metrics, {n_dev} devices -> {args.out}\n"
+        f"{args.file}: {df.attrs.get('format', args.format)}, {counts} -> {args.out}\n"
     )
     unsupported = df.attrs.get("unsupported")
     if unsupported:

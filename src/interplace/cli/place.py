@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from interplace.cli._common import Subparsers, int_at_least, seed_arg
+from interplace.cli._common import Subparsers, count, int_at_least, seed_arg
 from interplace.errors import InputError
 
 if TYPE_CHECKING:
@@ -35,7 +35,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.policy not in POLICIES:
         raise InputError(f"unknown policy {args.policy!r} (choose from {', '.join(POLICIES)})")
     if args.objective not in OBJECTIVES:
-        raise InputError(f"unknown objective {args.objective!r}")
+        raise InputError(f"unknown objective {args.objective!r} (choose from "
+                         f"{', '.join(OBJECTIVES)})")
     out = check_table_path(args.out)
     if args.pending_out is not None:
         pending_out = check_table_path(args.pending_out)
@@ -94,7 +95,7 @@ def _run(args: argparse.Namespace) -> int:
         )
         write_table(pending, Path(args.pending_out))
     for j in placement.pending:
-        sys.stderr.write(f"interplace: pending: {j.job_id} ({j.job}, {j.gpus} GPU)\n")
+        sys.stderr.write(f"interplace: pending: {j.job_id} ({j.job}, {count(j.gpus, 'GPU')})\n")
     sys.stdout.write(_summary(placement, topology.name, out, _cold_note(fitted, jobs, state)))
     return 0
 
@@ -143,7 +144,8 @@ def _summary(p: Placement, topology: str, out: Path, cold: str | None = None) ->
     new = p.new_jobs()
     running = [j for j in p.jobs if j.running]
     lines = [
-        f"{p.policy} placement on {topology}: {len(new)} jobs placed, {len(p.pending)} pending"
+        f"{p.policy} placement on {topology}: {count(len(new), 'job')} placed, "
+        f"{len(p.pending)} pending"
         + (f", {len(running)} running" if running else ""),
         f"objective {p.objective_name} {p.objective:.3f} [90%: {p.objective_q05:.3f}, "
         f"{p.objective_q95:.3f}], decided in {p.decision_s * 1000:.0f} ms",
@@ -187,13 +189,13 @@ def register(sub: Subparsers) -> None:
     p = sub.add_parser(
         "place",
         help="place jobs on GPUs so that predicted slowdown is smallest",
-        description="Choose GPUs for each job of JOBS (columns job_id, job, gpus; optional "
-        "family, comm_share, and counter columns such as gpu_util_pct, the mean isolated "
-        "readings of a job type the model was not fitted on, with counter_samples, how many "
-        "samples each is a mean of) next to what STATE runs "
-        "(job_id, job, gpu), maximising the objective predicted by a fitted model. OUT gets "
-        "one row per (job, GPU): job_id, job, gpu, speed_mean, speed_q05, speed_q95; pending "
-        "jobs go to stderr and --pending-out.",
+        description="Choose GPUs for each job of JOBS (columns job_id, job; optional gpus, "
+        "how many GPUs the job takes, 1 for every job without the column; family; "
+        "comm_share; and counter columns such as gpu_util_pct, the mean isolated readings of "
+        "a job type the model was not fitted on, with counter_samples, how many samples each "
+        "is a mean of) next to what STATE runs (job_id, job, gpu), maximising the objective "
+        "predicted by a fitted model. OUT gets one row per (job, GPU): job_id, job, gpu, "
+        "speed_mean, speed_q05, speed_q95; pending jobs go to stderr and --pending-out.",
     )
     p.add_argument("--model", required=True, metavar="MODEL", help="model directory (fit)")
     p.add_argument(

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, cast
 
-from interplace.cli._common import Subparsers, int_at_least, seed_arg
+from interplace.cli._common import Subparsers, count, int_at_least, seed_arg
 from interplace.errors import InputError, atomic_write, check_output_file, read_table
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def _run(args: argparse.Namespace) -> int:
         with atomic_write(out, "wb") as fh:
             result.to_parquet(cast("IO[bytes]", fh), index=False)
     sys.stdout.write(
-        f"predicted {len(result)} co-locations with {args.samples_per_query} "
+        f"predicted {count(len(result), 'co-location')} with {args.samples_per_query} "
         f"posterior draws each -> {out}\n"
     )
     return 0

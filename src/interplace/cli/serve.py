@@ -26,8 +26,11 @@ def node_topologies(
     exactly as the node, else the one named as the node plus an extension."""
     from interplace.topology import load
 
-    if (topology is None) == (node_dir is None):
-        raise InputError("give either --topology or --node-topology")
+    if topology is not None and node_dir is not None:
+        raise InputError("give --topology or --node-topology, not both")
+    if topology is None and node_dir is None:
+        raise InputError("give --topology (one for every node) or --node-topology (a file per "
+                         "node)")
     if topology is not None:
         return load(topology)
     assert node_dir is not None

@@ -9,17 +9,34 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from interplace.cli._common import Subparsers, int_at_least, positive_number, seed_arg
-from interplace.errors import InputError, prepare_output_dir
+from interplace.errors import InputError, output_dir
 
 if TYPE_CHECKING:
     from interplace.simulate._run import SimConfig
 
 __all__ = ["register"]
 
+_FORMATS = ("philly", "openb")
+"""``--trace-format``'s choices: :data:`interplace.simulate._run.TRACE_FORMATS` (not imported
+here, so that building the parser stays cheap)."""
+
+
+def _trace_format(text: str) -> str:
+    """An argparse type: a trace format the simulator reads; ``venus`` is refused saying why."""
+    if text not in _FORMATS:
+        from interplace.simulate._run import check_trace_format
+
+        try:
+            check_trace_format(text)
+        except InputError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
 
 def _run(args: argparse.Namespace) -> int:
     from interplace.simulate import SIM_POLICIES
-    from interplace.simulate._run import SimConfig, compare, plot_results, sweep
+    from interplace.simulate._run import SimConfig
+    from interplace.simulate._sim import truth_file
 
     policies = tuple(p.strip() for p in args.policies.split(",") if p.strip())
     for p in policies:
@@ -35,6 +52,7 @@ def _run(args: argparse.Namespace) -> int:
         raise InputError(f"trace {trace} is a directory, not a file")
     if trace not in ("synthetic", "philly") and not Path(trace).is_file():
         raise InputError(f"no such trace file: {trace} (or use synthetic, philly)")
+    truth_file(args.ground_truth)  # a missing runs file, named before anything runs
     seeds = [args.seed] if args.seeds is None else list(range(args.seed, args.seed + args.seeds))
     configs = [
         SimConfig(trace=trace, ground_truth=args.ground_truth, topology=args.topology,
@@ -42,10 +60,16 @@ def _run(args: argparse.Namespace) -> int:
                   trace_format=args.trace_format, interval_s=args.interval)
         for s in seeds
     ]
-    if args.plot is not None:
-        if len(configs) > 1 or args.ray:
-            raise InputError("--plot draws one simulation: drop --seeds/--ray to plot")
-        prepare_output_dir(args.plot, "--plot directory")
+    if args.plot is not None and (len(configs) > 1 or args.ray):
+        raise InputError("--plot draws one simulation: drop --seeds/--ray to plot")
+    with output_dir(args.plot, "--plot directory"):  # removed again if the simulation fails
+        return _simulate(args, configs, policies, seeds)
+
+
+def _simulate(args: argparse.Namespace, configs: list[SimConfig], policies: tuple[str, ...],
+              seeds: list[int]) -> int:
+    from interplace.simulate._run import compare, plot_results, sweep
+
     plots: list[str] = []
     if len(configs) == 1 and not args.ray:
         from tqdm.auto import tqdm
@@ -112,8 +136,10 @@ def register(sub: Subparsers) -> None:
     )
     p.add_argument("--trace", default="philly", metavar="PATH|synthetic|philly",
                    help="trace file, the packaged Philly excerpt (philly, default) or synthetic")
-    p.add_argument("--trace-format", default="philly", choices=["philly", "openb", "venus"],
-                   help="format of a trace file (default: philly)")
+    p.add_argument("--trace-format", default="philly", type=_trace_format,
+                   metavar="{" + ",".join(_FORMATS) + "}",
+                   help="format of a trace file, CSV or .parquet (default: philly); venus "
+                   "traces have no job durations and cannot be simulated")
     p.add_argument("--ground-truth", default="gavel-v100", metavar="NAME|RUNS.csv",
                    help="gavel-v100 (default), gavel-p100, gavel-k80 or a runs table")
     p.add_argument("--topology", default="dgx-a100*8", metavar="T",

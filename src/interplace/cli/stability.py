@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import IO, cast
 
 from interplace.cli._common import (
@@ -11,9 +12,10 @@ from interplace.cli._common import (
     add_fit_args,
     add_model_data_args,
     int_at_least,
+    naming_file,
     read_data,
 )
-from interplace.errors import atomic_write, check_output_file, prepare_output_dir
+from interplace.errors import atomic_write, check_output_file, output_dir
 
 __all__ = ["register"]
 
@@ -27,28 +29,33 @@ def _perturbations(text: str) -> tuple[str, ...]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    out = None if args.out is None else check_output_file(args.out)
+    with output_dir(args.plot, "--plot directory") as plot_dir:
+        return _stability(args, out, plot_dir)
+
+
+def _stability(args: argparse.Namespace, out: Path | None, plot_dir: Path | None) -> int:
     from interplace.model import stability
 
-    out = None if args.out is None else check_output_file(args.out)
-    plot_dir = None if args.plot is None else prepare_output_dir(args.plot, "--plot directory")
     topology = None
     if args.topology is not None:
         from interplace.topology import load
 
         topology = load(args.topology)
     data = read_data(args.runs, args.samples)
-    report = stability(
-        data,
-        perturbations=args.perturbations,
-        n=args.n,
-        seed=args.seed,
-        family=args.family,
-        steps=args.steps,
-        progress=sys.stderr.isatty() and not args.quiet,
-        workers=args.workers,
-        mode=args.mode,
-        topology=topology,
-    )
+    with naming_file(data, args.runs):
+        report = stability(
+            data,
+            perturbations=args.perturbations,
+            n=args.n,
+            seed=args.seed,
+            family=args.family,
+            steps=args.steps,
+            progress=sys.stderr.isatty() and not args.quiet,
+            workers=args.workers,
+            mode=args.mode,
+            topology=topology,
+        )
     if out is not None:
         with atomic_write(out, "w") as fh:
             cast("IO[str]", fh).write(report.to_json())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from interplace.cli._common import Subparsers, int_at_least, seed_arg
+from interplace.cli._common import Subparsers, count, int_at_least, seed_arg
 from interplace.errors import InputError, check_output_parent, check_replaceable_dir
 
 __all__ = ["register"]
@@ -18,8 +18,9 @@ def _run(args: argparse.Namespace) -> int:
     from interplace.topology import load
 
     # save_policy refuses these too, but only after the training; say so at once.
-    out = check_replaceable_dir(args.out, POLICY_FILES, "an RL policy")
-    check_output_parent(out.parent)  # before the training, not after it
+    # (and the parent's, before the training, not after it)
+    check_output_parent(check_replaceable_dir(args.out, POLICY_FILES, "an RL policy").parent)
+    out = args.out  # printed as given, as the other commands print theirs
     if args.objective not in OBJECTIVES:
         raise InputError(f"unknown objective {args.objective!r} (choose from "
                          f"{', '.join(OBJECTIVES)})")
@@ -41,9 +42,10 @@ def _run(args: argparse.Namespace) -> int:
     )
     save_policy(policy, out)
     sys.stdout.write(
-        f"trained on {args.episodes} episodes x {args.rollouts} rollouts on {topology.name} "
+        f"trained on {count(args.episodes, 'episode')} x {count(args.rollouts, 'rollout')} on "
+        f"{topology.name} "
         f"({'slowest job' if policy.info['objective'] == 'max-min' else 'reward per job'}, "
-        f"last {min(20, args.episodes)} episodes: "
+        f"last {count(min(20, args.episodes), 'episode')}: "
         f"{policy.info['reward_per_job_last20']:.3f}) "
         f"-> {out}\n"
     )

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from interplace.cli._common import Subparsers, int_at_least, seed_arg
+from interplace.cli._common import Subparsers, count, int_at_least, seed_arg
 from interplace.errors import InputError, check_output_file
 
 __all__ = ["register", "run_trial"]
@@ -136,8 +136,12 @@ def _run(args: argparse.Namespace) -> int:
     tuner = Tuner.from_trials(out, space, maximize=args.maximize, seed=args.seed,
                               n_init=args.init, budget=args.budget, noisy=args.noisy)
     done = len(tuner.trials)
-    if done:
-        sys.stderr.write(f"interplace: continuing {out}: {done} finished trial(s) of "
+    if done >= args.budget:
+        sys.stderr.write(f"interplace: {out} already holds {count(done, 'finished trial')}, "
+                         f"the budget of {args.budget} is spent: none run now (raise --budget "
+                         "to run more)\n")
+    elif done:
+        sys.stderr.write(f"interplace: continuing {out}: {count(done, 'finished trial')} of "
                          f"{args.budget}\n")
     bar: Any = None
     if sys.stderr.isatty() and not args.quiet:
@@ -207,7 +211,7 @@ def _run(args: argparse.Namespace) -> int:
     best = tuner.best
     n = len(tuner.trials)
     ran = n - done
-    summary = f"{n} trial(s) in {out} ({ran} run now, {failed} failed now)"
+    summary = f"{count(n, 'trial')} in {out} ({ran} run now, {failed} failed now)"
     if best is None:
         sys.stdout.write(f"{summary}; no trial succeeded\n")
         return 1 if ran else 0  # every trial run now failed: the command is broken

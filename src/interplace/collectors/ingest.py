@@ -25,9 +25,29 @@ import pandas as pd
 
 from interplace.collectors.formats import dmon, nvsmi_query, perf_stat, prometheus
 from interplace.collectors.table import validate_samples
-from interplace.errors import InputError, read_input
+from interplace.errors import InputError, is_real, plain_number, read_input
 
-__all__ = ["FORMATS", "Format", "detect_format", "ingest"]
+__all__ = ["FORMATS", "Format", "OptionError", "detect_format", "ingest"]
+
+
+class OptionError(InputError):
+    """An :class:`InputError` about one keyword option of :func:`ingest`: :attr:`option` is
+    its name (``fields``, ``interval_s``) and :attr:`problem` the rest of the message, so that
+    a caller with its own names for the options (``interplace ingest``: ``--fields``,
+    ``--interval``) can say the same in its own words.
+
+    >>> e = OptionError("interval_s", "does not apply to the perf-stat format")
+    >>> str(e), e.option
+    ('option interval_s does not apply to the perf-stat format', 'interval_s')
+    """
+
+    def __init__(self, option: str, problem: str) -> None:
+        super().__init__(f"option {option} {problem}")
+        self.option = option
+        self.problem = problem
+
+    def __reduce__(self) -> tuple[type[OptionError], tuple[str, str]]:
+        return type(self), (self.option, self.problem)
 
 
 @dataclass(frozen=True)
@@ -131,11 +151,22 @@ def ingest(
     (``dmon``, ``prometheus``) is the sampling interval used when the file has no time stamps.
     The result's ``attrs`` hold ``format``, ``source`` (the path) and ``unsupported`` (metrics
     the file marked unavailable). Any problem raises :class:`~interplace.errors.InputError`
-    whose message starts with the path; so does a file that yields no samples at all.
+    whose message starts with the path; so does a file that yields no samples at all. A bad
+    ``fields`` or ``interval_s`` (one the format does not take, or an interval that is not a
+    positive number) raises :class:`OptionError` instead, before the file is parsed.
+
+    >>> ingest("counters.txt", interval_s=-1.0)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    interplace.collectors.ingest.OptionError: option interval_s must be a positive number ...
     """
     p = Path(path)
     if format != "auto" and format not in FORMATS:
         raise InputError(f"unknown format {format!r} (expected auto, {', '.join(FORMATS)})")
+    seconds = plain_number(interval_s)  # a numpy float too
+    if seconds is not None and not (is_real(seconds) and seconds > 0):
+        got = f"{seconds:g}" if isinstance(seconds, float) else repr(seconds)
+        raise OptionError("interval_s", f"must be a positive number of seconds, got {got}")
     text = _read_text(p)
     name = detect_format(text, str(p)) if format == "auto" else format
     fmt = FORMATS[name]
@@ -144,7 +175,7 @@ def ingest(
         if val is None:
             continue
         if opt not in fmt.options:
-            raise InputError(f"option {opt} does not apply to the {name} format")
+            raise OptionError(opt, f"does not apply to the {name} format")
         options[opt] = val
     if host is not None:
         if not host:

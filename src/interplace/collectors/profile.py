@@ -38,6 +38,7 @@ be an empty directory.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -66,9 +67,11 @@ from interplace.errors import InputError, atomic_write, first_line, is_int, is_r
 
 __all__ = [
     "MODES",
+    "CudaUnavailableError",
     "ProfileResult",
     "Progress",
     "WorkloadSpec",
+    "cuda_device_count",
     "mps_unavailable_reason",
     "parse_progress",
     "parse_workloads",
@@ -85,7 +88,9 @@ class WorkloadSpec:
     """A workload: a ``name`` (letters, digits, ``_ . -``) and the command ``argv`` to run.
 
     ``{device}`` and ``{seconds}`` in ``argv`` are replaced by the device (``cuda`` / ``cpu``)
-    and the seconds the profiler needs the job to run after ``GO``.
+    and the seconds the profiler needs the job to run after ``GO``. ``builtin``: one of the
+    reference PyTorch workloads (:func:`parse_workloads` sets it), which run on this
+    interpreter's torch, so that :func:`profile` can check up front that they find CUDA.
 
     >>> WorkloadSpec("toy", ("python", "toy.py", "--device", "{device}")).name
     'toy'
@@ -97,6 +102,7 @@ class WorkloadSpec:
 
     name: str
     argv: tuple[str, ...]
+    builtin: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -106,6 +112,9 @@ class WorkloadSpec:
                 isinstance(a, str) for a in self.argv) or not self.argv[0]:
             raise InputError(f"workload {self.name!r}: the command must be a non-empty list "
                              "of strings")
+        if not isinstance(self.builtin, bool):
+            raise InputError(f"workload {self.name!r}: builtin must be True or False, not "
+                             f"{self.builtin!r}")
 
 
 def _builtin(name: str, size: int | None) -> WorkloadSpec:
@@ -113,7 +122,7 @@ def _builtin(name: str, size: int | None) -> WorkloadSpec:
             "--device", "{device}", "--seconds", "{seconds}"]
     if size is not None:
         argv += ["--size", str(size)]
-    return WorkloadSpec(name if size is None else f"{name}-{size}", tuple(argv))
+    return WorkloadSpec(name if size is None else f"{name}-{size}", tuple(argv), builtin=True)
 
 
 def _from_file(path: Path) -> list[WorkloadSpec]:
@@ -295,6 +304,91 @@ def mps_unavailable_reason(which: Callable[[str], str | None] = shutil.which,
     return "the MPS control daemon is not running (start it with nvidia-cuda-mps-control -d)"
 
 
+_CUDA_PROBE = """\
+import warnings
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import torch
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+print(n)
+print(str(caught[0].message).strip().splitlines()[0] if caught else "")
+"""
+
+
+def cuda_device_count(timeout_s: float = 120.0) -> tuple[int, str]:
+    """The CUDA devices the built-in workloads would find, in a child process of this Python:
+    their number (0 when ``torch.cuda.is_available()`` is False) and the first line of the
+    warning torch gave, if any (why CUDA failed to initialise, say).
+
+    The child sees the devices in PCI bus order, as a ``cuda`` :func:`profile` numbers them
+    (an inherited ``CUDA_VISIBLE_DEVICES`` is dropped, as it is replaced for each job), and no
+    MPS daemon (``CUDA_MPS_PIPE_DIRECTORY`` points at an empty directory): this process
+    stays without CUDA, and no MPS server is started for the check. Raises
+    :class:`InputError` when the child fails (torch cannot be imported) or takes longer than
+    ``timeout_s``.
+    """
+    with tempfile.TemporaryDirectory(prefix="interplace-cuda-probe-") as empty:
+        env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+        env.update(CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_MPS_PIPE_DIRECTORY=empty)
+        try:
+            done = subprocess.run([sys.executable, "-c", _CUDA_PROBE], env=env,
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  errors="replace", timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            raise InputError(f"cannot check for CUDA: importing torch took over "
+                             f"{timeout_s:g} s") from None
+    lines = done.stdout.splitlines()
+    if done.returncode != 0 or not lines or not lines[0].isdigit():
+        err = done.stderr.strip().splitlines()
+        why = f": {err[-1].strip()}" if err else ""
+        raise InputError(f"cannot check for CUDA: {sys.executable} -c 'import torch' failed "
+                         f"(exit code {done.returncode}){why}")
+    return int(lines[0]), lines[1].strip() if len(lines) > 1 else ""
+
+
+class CudaUnavailableError(InputError):
+    """:func:`profile` was asked to run built-in workloads on ``device="cuda"`` where they
+    would find no CUDA device. :attr:`reason` says why (``no CUDA device here
+    (torch.cuda.is_available() is False)``); the message adds the remedy in the terms of
+    :func:`profile`'s arguments, and a caller with its own names for them (``interplace
+    profile --device``) can say the same in its own words.
+
+    >>> str(CudaUnavailableError("no CUDA device here"))
+    "device 'cuda': no CUDA device here; use device='cpu'"
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"device 'cuda': {reason}; use device='cpu'")
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[type[CudaUnavailableError], tuple[str]]:
+        return type(self), (self.reason,)
+
+
+@functools.cache
+def _cuda_devices(timeout_s: float) -> int:
+    """:func:`cuda_device_count`'s number, or :class:`CudaUnavailableError` when it is 0.
+
+    A number found is kept for the process (GPUs do not come and go between the profiles of
+    a tuning run, each of which would otherwise import torch once more to ask); the error is
+    not, so a later call looks again."""
+    n, warning = cuda_device_count(timeout_s)
+    if n == 0:
+        why = f": {warning}" if warning else ""
+        raise CudaUnavailableError(f"no CUDA device here (torch.cuda.is_available() is "
+                                   f"False{why})")
+    return n
+
+
+def _check_cuda(gpu: int, timeout_s: float) -> None:
+    """Refuse a ``cuda`` profile of built-in workloads that would find no CUDA device, or no
+    GPU ``gpu``, before any of them starts."""
+    n = _cuda_devices(timeout_s)
+    if gpu >= n:
+        raise InputError(f"no GPU {gpu}: CUDA sees "
+                         f"{'GPU 0' if n == 1 else f'GPUs 0..{n - 1}'}")
+
+
 class _Proc:
     """One running workload: its stdout is read by a thread, stderr goes to a file."""
 
@@ -342,17 +436,17 @@ class _Proc:
             self.proc.stdin.flush()
             self.proc.stdin.close()
 
-    def failure(self) -> str:
-        """Why the process is unusable (it exited), with the tail of its stderr."""
+    def failure(self, before: str) -> str:
+        """Why the process is unusable: it exited ``before`` something (``"before reporting
+        INTERPLACE_UNIT"``), with the last line of its stderr."""
         rc = self.proc.poll()
         tail = ""
         with contextlib.suppress(OSError):
             err = self.errpath.read_text(errors="replace").strip().splitlines()
             if err:
-                tail = f": {err[-1].strip()}"
-        if rc:
-            return f"workload {self.spec.name!r} crashed (exit code {rc}){tail}"
-        return f"workload {self.spec.name!r} exited before the measurement window ended{tail}"
+                tail = f"; its stderr ends: {err[-1].strip()}"
+        how = f"crashed (exit code {rc})" if rc else "exited"
+        return f"workload {self.spec.name!r} {how} {before}{tail}"
 
     def stop(self, grace_s: float = 2.0) -> None:
         if self.proc.poll() is None:
@@ -420,7 +514,7 @@ def _run_group(specs: Sequence[WorkloadSpec], *, run_id: str, device: str, env: 
         for p in procs:
             while not p.unit_seen.wait(0.02):
                 if p.proc.poll() is not None and not p.unit_seen.is_set():
-                    raise InputError(p.failure() + " before reporting INTERPLACE_UNIT")
+                    raise InputError(p.failure(f"before reporting {UNIT_TAG}"))
                 if time.monotonic() > deadline:
                     raise InputError(f"workload {p.spec.name!r} never reported "
                                      f"{UNIT_TAG} within {startup_timeout_s:g} s")
@@ -449,7 +543,7 @@ def _run_group(specs: Sequence[WorkloadSpec], *, run_id: str, device: str, env: 
                 if p.proc.poll() is not None:
                     p._reader.join(timeout=1.0)
                     if p.last_t < t1:
-                        raise InputError(p.failure())
+                        raise InputError(p.failure("before the measurement window ended"))
             if time.monotonic() > t1 + grace_s:
                 p = pending[0]
                 raise InputError(f"workload {p.spec.name!r} never reported progress past the "
@@ -543,7 +637,11 @@ def profile(
     during each run, of their devices only ``str(gpu)`` (``cuda`` only) and ``"host"``. A
     workload must report ``INTERPLACE_UNIT`` within ``startup_timeout_s`` and progress past
     the window within ``grace_s`` of its end. ``out_dir`` must not exist or be empty: that,
-    like every argument, is checked before the first workload starts.
+    like every argument, is checked before the first workload starts. So is CUDA, when
+    built-in workloads are to run on ``device="cuda"``: without a CUDA device (see
+    :func:`cuda_device_count`) :class:`CudaUnavailableError` is raised, and without GPU
+    ``gpu`` an :class:`InputError`. (Your own workloads are not checked: they need not use
+    this interpreter's torch.)
     """
     if not workloads:
         raise InputError("no workloads given")
@@ -573,6 +671,8 @@ def profile(
         reason = mps_unavailable_reason()
         if reason is not None:
             raise InputError(f"mode 'mps' is unavailable: {reason}")
+    if device == "cuda" and any(w.builtin for w in workloads):
+        _check_cuda(gpu, startup_timeout_s)
     groups: list[tuple[str, str, tuple[WorkloadSpec, ...]]] = []
     for m in modes:
         groups += [(m, f"{m}-{w.name}", (w,)) for w in workloads]

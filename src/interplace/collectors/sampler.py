@@ -108,21 +108,22 @@ def partial_path(out: str | os.PathLike[str]) -> Path:
 def check_output_path(out: str | os.PathLike[str]) -> Path:
     """``out`` as a path, or an :class:`InputError` if a sample table cannot be written there.
 
-    Checks the extension (``.csv`` or ``.parquet``), that the directory exists and can be
-    written, and that ``out`` is not a directory; called before anything is started.
+    Checks that the directory exists and can be written, that ``out`` is not a directory,
+    and its extension (``.csv`` or ``.parquet``); called before anything is started.
 
     >>> check_output_path("/nonexistent-dir/s.csv")
     Traceback (most recent call last):
     ...
     interplace.errors.InputError: output directory does not exist: /nonexistent-dir
-    >>> check_output_path("s.txt")  # doctest: +ELLIPSIS
+    >>> import tempfile
+    >>> check_output_path(Path(tempfile.mkdtemp()) / "s.txt")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    interplace.errors.InputError: s.txt: unknown sample-table extension '.txt' (expected ...)
+    interplace.errors.InputError: .../s.txt: unknown sample-table extension '.txt' (expected ...)
     """
-    p = Path(out)
+    p = check_output_file(out)  # first: a directory has no extension to complain about
     _extension(p)
-    return check_output_file(p)
+    return p
 
 
 def unsupported_notes(pairs: Iterable[tuple[str, str]]) -> list[str]:

@@ -38,7 +38,14 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from interplace.errors import InputError, atomic_write, check_input_file, first_line, read_csv
+from interplace.errors import (
+    InputError,
+    atomic_write,
+    check_input_file,
+    check_output_file,
+    first_line,
+    read_csv,
+)
 
 __all__ = [
     "CANONICAL_METRICS",
@@ -247,9 +254,8 @@ def read_samples(path: str | os.PathLike[str]) -> pd.DataFrame:
     >>> list(read_samples(p).itertuples(index=False, name=None))
     [(0.5, 'NA', '0', 'power_mw', 250000.0)]
     """
-    p = Path(path)
+    p = check_input_file(path)  # first: a directory has no extension to complain about
     ext = _extension(p)
-    check_input_file(p)
     if p.stat().st_size == 0:
         raise InputError(f"{p}: file is empty")
     df = _read_csv(p, str(p)) if ext == ".csv" else _read_parquet(p, str(p))
@@ -297,7 +303,7 @@ def write_samples(df: pd.DataFrame, path: str | os.PathLike[str]) -> None:
     >>> read_samples(p).equals(validate_samples(df, "df"))
     True
     """
-    p = Path(path)
+    p = check_output_file(path)  # first: a directory has no extension to complain about
     ext = _extension(p)
     out = validate_samples(df, f"samples for {p}")
     try:

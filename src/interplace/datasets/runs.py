@@ -212,9 +212,10 @@ def validate_runs(runs: pd.DataFrame, what: str) -> None:
         if job not in alone:
             rows = runs.loc[runs["run_id"] == rid]
             if len(rows.drop(columns="run_id").drop_duplicates()) == 1:
-                raise InputError(  # its only isolated run, written twice
-                    f"{what}: run_id {rid!r} has {len(rows)} identical rows of job {job!r} "
-                    "(a row written twice?), so the job has no isolated run"
+                raise InputError(  # a self-pair, or its only isolated run written twice
+                    f"{what}: job {job!r} has no isolated run: run_id {rid!r} holds "
+                    f"{len(rows)} identical rows of it (copies of the job sharing a GPU, or "
+                    "its isolated run written twice?), and no run has the job alone"
                 )
             raise InputError(
                 f"{what}: job {job!r} runs co-located (run_id {rid!r}) but has no isolated run, "

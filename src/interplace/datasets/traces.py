@@ -14,7 +14,8 @@ A :class:`JobTrace` is a table of jobs, one row each, sorted by submission time:
 
 Every other column of the source is kept after these (model name, user, cpu, memory...).
 
-Loaders (each reads the file you point it at; nothing is shipped or cached):
+Loaders (each reads the file you point it at, CSV, or Parquet if its name ends in
+``.parquet``; nothing is shipped or cached):
 
 - :func:`load_philly`: Chronus' Philly-derived trace ``trace_job_Philly_MIX1.csv`` (MIT).
 - :func:`load_alibaba_openb`: Alibaba's 2023 GPU-sharing trace ``openb_pod_list_*.csv``.
@@ -48,7 +49,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from interplace.errors import InputError, read_table
+from interplace.errors import InputError, check_input_file, read_table
 
 __all__ = [
     "TRACE_COLUMNS",
@@ -154,12 +155,29 @@ def _numbers(s: pd.Series, column: str, what: str) -> _FloatArray:
     return out
 
 
-def _read_csv(
+def _read_trace(
     path: str | os.PathLike[str], need: Sequence[str], text: Sequence[str]
 ) -> pd.DataFrame:
-    p = Path(path)
-    # any name, read as CSV; "job_id, user, ..." as written by hand reads as without spaces
-    df = read_table(p, "trace", text=text, suffixes=None)
+    """The trace file ``path``: Parquet if its name ends in ``.parquet``, else CSV whatever
+    its name ("job_id, user, ..." as written by hand reads as without spaces); the columns
+    ``text`` as text either way (a Parquet job id stored as a number reads as a CSV one
+    does), a missing value as missing."""
+    p = check_input_file(path)
+    if p.suffix.lower() == ".parquet":
+        df = read_table(p, "trace", suffixes=(".parquet",))
+        for c in text:
+            if c in df.columns:
+                absent = df[c].isna().tolist()
+                df[c] = pd.Series([None if m else str(v) for v, m in
+                                   zip(df[c].tolist(), absent, strict=True)],
+                                  index=df.index, dtype=str)  # as read_table reads CSV text
+    else:
+        with p.open("rb") as fh:
+            magic = fh.read(4)
+        if magic == b"PAR1":  # read as CSV, it would fail on bytes that are no UTF-8
+            raise InputError(f"{p}: a Parquet file; name it *.parquet to read it as Parquet "
+                             "(any other name is read as CSV)")
+        df = read_table(p, "trace", text=text, suffixes=None)
     missing = [c for c in need if c not in df.columns]
     if missing:
         raise InputError(f"{p}: lacks column(s) {', '.join(missing)} (needs {', '.join(need)})")
@@ -221,7 +239,7 @@ def load_philly(path: str | os.PathLike[str]) -> JobTrace:
     """
     p = Path(path)
     what = str(p)
-    df = _read_csv(p, _PHILLY, ("job_id", "user", "model_name"))
+    df = _read_trace(p, _PHILLY, ("job_id", "user", "model_name"))
     submit = _numbers(df["submit_time"], "submit_time", what)
     _require(submit, ~np.isfinite(submit), "submit_time", "a finite time is needed", what)
     duration = _numbers(df["duration"], "duration", what)
@@ -284,7 +302,7 @@ def load_alibaba_openb(path: str | os.PathLike[str], *, drop_unscheduled: bool =
     """
     p = Path(path)
     what = str(p)
-    df = _read_csv(p, _OPENB, ("name", "gpu_spec", "qos", "pod_phase"))
+    df = _read_trace(p, _OPENB, ("name", "gpu_spec", "qos", "pod_phase"))
     created = _numbers(df["creation_time"], "creation_time", what)
     _require(created, ~np.isfinite(created), "creation_time", "a finite time is needed", what)
     deleted = _numbers(df["deletion_time"], "deletion_time", what)
@@ -389,7 +407,7 @@ def load_venus(path: str | os.PathLike[str]) -> JobTrace:
     """
     p = Path(path)
     what = str(p)
-    df = _read_csv(p, _VENUS, ("time",))
+    df = _read_trace(p, _VENUS, ("time",))
     times = _bin_times(df["time"], what)
     t = (times - times.iloc[0]).dt.total_seconds().to_numpy(dtype=np.float64)
     gaps = np.diff(t)

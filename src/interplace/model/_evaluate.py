@@ -416,7 +416,9 @@ def evaluate(
     )
     fit_s = time.perf_counter() - start
     result = score(model, test, seed=seed, topology=topology)
-    result.update({"fit_seconds": fit_s, "steps": model.info["steps"]})
+    # steps: summed over the fit's SVI restarts (each capped by ``steps``).
+    result.update({"fit_seconds": fit_s, "steps": model.info["steps"],
+                   "restarts": int(model.info.get("restarts", 1))})
     base = baselines(train, test)
     best, ratio = best_baseline(base, result["mae"])
     out: dict[str, Any] = {

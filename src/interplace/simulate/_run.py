@@ -14,7 +14,7 @@ from interplace._parallel import spawn_map
 from interplace._plot import plain_text
 from interplace.errors import InputError, atomic_write, prepare_output_dir
 from interplace.simulate._policies import MODEL_FREE, SIM_POLICIES, make_scheduler
-from interplace.simulate._sim import GroundTruth, SimResult, ground_truth, simulate
+from interplace.simulate._sim import GroundTruth, SimResult, ground_truth, simulate, truth_file
 from interplace.simulate._workload import (
     SimJob,
     assign_types,
@@ -24,15 +24,50 @@ from interplace.simulate._workload import (
 )
 from interplace.topology import Topology
 
-__all__ = ["SimConfig", "compare", "plot_results", "run_workload", "sweep"]
+__all__ = [
+    "NO_VENUS",
+    "TRACE_FORMATS",
+    "SimConfig",
+    "check_trace_format",
+    "compare",
+    "plot_results",
+    "run_workload",
+    "sweep",
+]
 
-TRACE_FORMATS = ("philly", "openb", "venus")
+TRACE_FORMATS = ("philly", "openb")
+"""Trace file formats a simulation reads (:func:`~interplace.datasets.load_philly`,
+:func:`~interplace.datasets.load_alibaba_openb`)."""
+
+NO_VENUS = (
+    "a venus trace (Lucid's cluster_throughput.csv) has arrival counts only, no job durations, "
+    "so it cannot be simulated; use a philly or openb trace, or --trace synthetic"
+)
+"""Why ``venus`` is no simulation trace format: :func:`~interplace.datasets.load_venus` reads
+arrivals without durations (a job's duration is its work in the simulation), and interplace
+invents none."""
+
+
+def check_trace_format(trace_format: str) -> None:
+    """Refuse a trace format a simulation cannot read (``venus``: :data:`NO_VENUS`).
+
+    >>> check_trace_format("venus")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: a venus trace (...) has arrival counts only, no job durations...
+    """
+    if trace_format == "venus":
+        raise InputError(NO_VENUS)
+    if trace_format not in TRACE_FORMATS:
+        raise InputError(f"unknown trace format {trace_format!r} "
+                         f"(choose from {', '.join(TRACE_FORMATS)})")
 
 
 @dataclass(frozen=True)
 class SimConfig:
     """One simulation setting: trace (``"philly"``: the packaged excerpt, ``"synthetic"``, or
-    a path with ``trace_format``), ground truth, topology spec, jobs, load, seed, policies."""
+    a path with ``trace_format``, one of :data:`TRACE_FORMATS`), ground truth, topology spec,
+    jobs, load, seed, policies."""
 
     trace: str = "philly"
     ground_truth: str = "gavel-v100"
@@ -47,6 +82,8 @@ class SimConfig:
 
 def run_workload(config: SimConfig, truth: GroundTruth, max_gpus: int) -> list[SimJob]:
     """The typed jobs of ``config`` (its trace, first ``n_jobs``, load, seeded types)."""
+    if config.trace not in ("synthetic", "philly"):
+        check_trace_format(config.trace_format)
     if config.trace == "synthetic":
         # Synthetic: the load multiplies a base rate of 60 jobs an hour.
         jobs = synthetic(config.n_jobs, config.seed, rate_per_h=60.0 * config.load)
@@ -54,14 +91,13 @@ def run_workload(config: SimConfig, truth: GroundTruth, max_gpus: int) -> list[S
         if config.trace == "philly":
             trace = packaged_philly()
         else:
-            from interplace.datasets import load_alibaba_openb, load_philly, load_venus
+            from interplace.datasets import load_alibaba_openb, load_philly
 
-            loaders = {"philly": load_philly, "openb": load_alibaba_openb, "venus": load_venus}
-            if config.trace_format not in loaders:
-                raise InputError(f"unknown trace format {config.trace_format!r} "
-                                 f"(choose from {', '.join(TRACE_FORMATS)})")
+            loaders = {"philly": load_philly, "openb": load_alibaba_openb}
             trace = loaders[config.trace_format](config.trace)
-        jobs = from_trace(trace, config.n_jobs, load=config.load, max_gpus=max_gpus)
+        # Problems are named by the trace the user gave (its path), not the trace's format.
+        jobs = from_trace(trace, config.n_jobs, load=config.load, max_gpus=max_gpus,
+                          what=config.trace)
     return assign_types(jobs, truth.types, config.seed, multi_gpu_types=truth.multi_gpu_types)
 
 
@@ -70,14 +106,15 @@ def _model_for(truth_spec: str, seed: int) -> tuple[Any, Any]:
     pairs."""
     from interplace.model import fit, holdout_split
 
-    if truth_spec.startswith("gavel-"):
+    path = truth_file(truth_spec)
+    if path is None:
         from interplace.datasets import load_gavel
 
         data = load_gavel(truth_spec.split("-", 1)[1]).data
     else:
         from interplace.datasets.runs import CoLocationData, read_runs
 
-        data = CoLocationData(read_runs(truth_spec), None, Path(truth_spec).stem)
+        data = CoLocationData(read_runs(path), None, path.stem)
     train, _ = holdout_split(data, holdout_frac=0.3, seed=seed)
     return fit(train, seed=seed), train.pairs()
 
@@ -97,6 +134,8 @@ def compare(
     unknown = [p for p in config.policies if p not in SIM_POLICIES]
     if unknown:
         raise InputError(f"unknown policy {unknown[0]!r} (choose from {', '.join(SIM_POLICIES)})")
+    if config.trace not in ("synthetic", "philly"):
+        check_trace_format(config.trace_format)  # before the topology and truth are loaded
     topology: Topology = load(config.topology)
     truth = ground_truth(config.ground_truth)
     machine = max(len([g for g in topology.gpus() if topology.gpu(g).machine == m])

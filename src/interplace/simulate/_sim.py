@@ -25,14 +25,16 @@ what that places.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from interplace.errors import InputError, is_real
+from interplace.errors import InputError, check_input_file, is_real
 from interplace.placement import (
     ClusterState,
     Job,
@@ -54,6 +56,7 @@ __all__ = [
     "SimResult",
     "ground_truth",
     "simulate",
+    "truth_file",
 ]
 
 _EPS = 1e-9
@@ -72,13 +75,44 @@ class GroundTruth:
     multi_gpu_types: tuple[str, ...]
 
 
+def truth_file(spec: str) -> Path | None:
+    """The runs table a ground-truth ``spec`` names, or None for a packaged Gavel one.
+
+    ``gavel-<gpu>`` is packaged; a spec with a file suffix or a folder in it is a path (so
+    ``gavel-runs.csv`` is a file), which must be a file; anything else must be an existing
+    file, or it is no ground truth interplace knows.
+
+    >>> truth_file("gavel-v100") is None
+    True
+    >>> truth_file("/nonexistent/runs.csv")
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: no such file: /nonexistent/runs.csv
+    >>> truth_file("nope")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: unknown ground truth 'nope' (gavel-v100, ... or a runs file)
+    """
+    path = Path(spec)
+    looks_like_path = bool(path.suffix) or "/" in spec or os.sep in spec
+    if spec.startswith("gavel-") and not looks_like_path:
+        return None
+    if not looks_like_path and not path.exists():
+        raise InputError(
+            f"unknown ground truth {spec!r} (gavel-v100, gavel-p100, gavel-k80 or a runs file)"
+        )
+    return check_input_file(path)
+
+
 def ground_truth(spec: str) -> GroundTruth:
-    """``gavel-v100``, ``gavel-p100``, ``gavel-k80`` (packaged) or a runs table (CSV/Parquet).
+    """``gavel-v100``, ``gavel-p100``, ``gavel-k80`` (packaged) or a runs table (CSV/Parquet;
+    :func:`truth_file` tells which).
 
     A runs table's pairs (runs of two rows) give the speeds; pairs it never measured are
     forbidden for every policy (there is no truth to run them by).
     """
-    if spec.startswith("gavel-"):
+    path = truth_file(spec)
+    if path is None:
         from interplace.datasets import load_gavel
 
         gavel = load_gavel(spec.split("-", 1)[1])
@@ -90,15 +124,8 @@ def ground_truth(spec: str) -> GroundTruth:
         scaling = gavel.scaling
         multi = tuple(sorted(set(scaling.loc[scaling["scale_factor"] > 1, "job"]) & set(types)))
         return GroundTruth(spec, speeds, types, multi or types)
-    from pathlib import Path
-
     from interplace.datasets.runs import CoLocationData, read_runs
 
-    path = Path(spec)
-    if not path.is_file():
-        raise InputError(
-            f"unknown ground truth {spec!r} (gavel-v100, gavel-p100, gavel-k80 or a runs file)"
-        )
     data = CoLocationData(read_runs(path), None, path.stem)
     pairs = data.pairs()
     if len(pairs) == 0:

@@ -7,9 +7,11 @@ ground truth's job types that can run (for a multi-GPU job, over those with a me
 scale-out throughput at that GPU count when the truth has such a table). Traces:
 
 - :func:`from_trace`: the first ``n`` jobs of a :class:`~interplace.datasets.JobTrace`
-  (Philly-derived, Alibaba's GPU-sharing pods, Venus) with a known duration and 1 to
-  ``max_gpus`` GPUs (fractional GPU requests round up), arrivals measured from the first and
-  divided by ``load`` (``load=2``: twice the arrival rate);
+  (Philly-derived, Alibaba's GPU-sharing pods) with a known duration and 1 to ``max_gpus``
+  GPUs (fractional GPU requests round up), arrivals measured from the first and divided by
+  ``load`` (``load=2``: twice the arrival rate). A job's duration is its work, so a trace
+  without durations (:func:`~interplace.datasets.load_venus`: arrival counts only) yields no
+  job; none is invented;
 - :func:`synthetic`: Poisson arrivals at ``rate`` jobs per hour; GPU counts 1, 2, 4, 8 with
   probabilities 0.7, 0.1, 0.1, 0.1; durations log-normal with a median of 30 minutes and
   :math:`\\sigma = 1` (so the mean is 49.5 minutes), clipped to [1 min, 24 h].
@@ -66,9 +68,27 @@ class SimJob:
 
 
 def from_trace(
-    trace: JobTrace, n_jobs: int, *, load: float = 1.0, max_gpus: int = 8
+    trace: JobTrace,
+    n_jobs: int,
+    *,
+    load: float = 1.0,
+    max_gpus: int = 8,
+    what: str | None = None,
 ) -> list[SimJob]:
-    """The first ``n_jobs`` usable jobs of ``trace`` (module docstring), untyped."""
+    """The first ``n_jobs`` usable jobs of ``trace`` (module docstring), untyped; too few is an
+    :class:`~interplace.errors.InputError` naming ``what`` (the trace's file, say; default:
+    the trace's name).
+
+    >>> import pandas as pd
+    >>> table = pd.DataFrame({"job_id": ["a", "b", "c"], "submit_s": [10.0, 20.0, 30.0],
+    ...                       "duration_s": [60.0, float("nan"), 5.0], "gpus": [1.0, 1.0, 0.5]})
+    >>> [(j.job_id, j.arrival_s, j.gpus) for j in from_trace(JobTrace(table, "toy"), 2, load=2)]
+    [('a', 0.0, 1), ('c', 10.0, 1)]
+    >>> from_trace(JobTrace(table, "toy"), 3, what="toy.csv")
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: toy.csv: only 2 jobs with a duration and 1-8 GPUs, 3 asked for
+    """
     if n_jobs < 1:
         raise InputError(f"--jobs must be >= 1, not {n_jobs}")
     if not (math.isfinite(load) and load > 0):
@@ -91,7 +111,8 @@ def from_trace(
             break
     if len(out) < n_jobs:
         raise InputError(
-            f"{trace.name}: only {len(out)} jobs with a duration and 1-{max_gpus} GPUs, "
+            f"{what or trace.name}: only {len(out)} job{'' if len(out) == 1 else 's'} with a "
+            f"duration and 1-{max_gpus} GPUs, "
             f"{n_jobs} asked for"
         )
     return out

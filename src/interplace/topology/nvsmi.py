@@ -10,7 +10,9 @@ directly ``mlx5_0``, ``mlx5_1``... on older drivers), optionally followed by the
 One row per device follows; GPU rows carry the affinity values, NIC rows do not. A legend
 closes the output. The parser accepts tabs or runs of spaces between cells (text pasted from
 web pages), ANSI escape codes (a terminal underlines the header and the row labels), CRLF line
-ends, blank lines, a leading ``$ nvidia-smi topo -m`` prompt line and the older legend
+ends, blank lines, a leading ``$ nvidia-smi topo -m`` prompt line, the summary line
+``interplace topo`` prints above its matrix (``p4d: 8 GPUs, 1 machine, ...``, so that its
+saved output reads back) and the older legend
 aliases ``SOC`` (= ``SYS``) and ``CPU`` (= ``PHB``). Anything else it cannot make sense of (an
 empty file, garbage, a non-square matrix, a row with the wrong number of entries, an unknown
 class, an asymmetric matrix) raises :class:`~interplace.errors.InputError` naming the line or
@@ -92,6 +94,7 @@ _NIC_COLUMN = re.compile(r"NIC\d+")
 _NV = re.compile(r"NV(\d+)")
 _NIC_LEGEND = re.compile(r"\s*(NIC\d+)\s*:\s*(\S+)\s*")
 _DECIMAL = re.compile(r"0|[1-9][0-9]*")
+_SUMMARY = re.compile(r"[^\t]*: \d+ GPUs?(, .*)?")  # interplace topo's line above the matrix
 
 _LEVEL: dict[str, int] = {"PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5}
 _ALIASES: dict[str, str] = {"SOC": "SYS", "CPU": "PHB"}
@@ -185,7 +188,8 @@ def _cell(raw: str, row: str, col: str, ln: int) -> str:
 def _parse(text: str) -> _Matrix:
     lines = _lines(text)
     ln = 0
-    while ln < len(lines) and (not lines[ln].strip() or lines[ln].lstrip().startswith("$")):
+    while ln < len(lines) and (not lines[ln].strip() or lines[ln].lstrip().startswith("$")
+                               or _SUMMARY.fullmatch(lines[ln].strip()) is not None):
         ln += 1
     if ln == len(lines):
         raise InputError("empty nvidia-smi topo -m output")

@@ -63,7 +63,7 @@ def test_tune_writes_every_trial_in_space_order(capsys: pytest.CaptureFixture[st
         expect = int(r["g0"]) * float(r["x"]) - abs(int(r["mps_pct"]) - 50) / 100
         assert float(r["value"]) == pytest.approx(expect, abs=1e-12)
     best = max(float(r["value"]) for r in got)
-    assert stdout.startswith(f"6 trial(s) in {out}") and f"best {best!r}" in stdout
+    assert stdout.startswith(f"6 trials in {out}") and f"best {best!r}" in stdout
 
 
 def test_rerunning_continues_and_matches_one_run(capsys: pytest.CaptureFixture[str],
@@ -73,7 +73,7 @@ def test_rerunning_continues_and_matches_one_run(capsys: pytest.CaptureFixture[s
     assert tune(capsys, space, two, 4)[0] == 0
     first = two.read_text()
     code, stdout, err = tune(capsys, space, two, 6)
-    assert code == 0 and "continuing" in err and "4 finished trial(s) of 6" in err
+    assert code == 0 and "continuing" in err and "4 finished trials of 6" in err
     assert two.read_text().startswith(first)  # appended, never rewritten
     assert two.read_text() == one.read_text()  # and the same trials as one run of 6
     code, stdout, _ = tune(capsys, space, two, 6)  # the budget is spent: nothing runs
