@@ -463,6 +463,8 @@ def test_collect_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
     assert code == 2 and "give a command to run or a duration" in err
     code, _, err = run(capsys, "collect", "--out", str(out), "--interval-ms", "0", "--", "true")
     assert code == 2 and "--interval-ms must be positive" in err
+    code, _, err = run(capsys, "collect", "--out", str(out), "--run-id", " ", "--", "true")
+    assert (code, err) == (2, "interplace: error: --run-id must not be empty\n")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -489,6 +491,10 @@ def test_profile_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
     code, _, err = run(capsys, "profile", "--workloads", "launch", "--out", str(tmp_path / "p"),
                        "--device", "cpu", "--modes", "mps")
     assert code == 2 and err.startswith("interplace: error:")
+    for option, value in (("--warmup", "-1"), ("--measure", "0"), ("--measure", "nan")):
+        code, _, err = run(capsys, "profile", "--workloads", "launch", "--out",
+                           str(tmp_path / "p"), "--device", "cpu", option, value)
+        assert code == 2 and err.startswith(f"interplace: error: {option} must be a finite")
     assert list(tmp_path.iterdir()) == []
 
 

@@ -214,6 +214,7 @@ def test_command_is_stopped_when_terminated_as_soon_as_it_started(
     ("isdir.csv", {}, "is a directory, not a file"),
     ("s.csv", {"interval_s": 0.0}, "interval must be a positive"),
     ("s.csv", {"run_id": ""}, "run id must not be empty"),
+    ("s.csv", {"run_id": " "}, "run id must not be empty"),
 ])
 def test_bad_output_or_arguments_are_refused_before_the_command_starts(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, out_name: str, kw: dict[str, Any],

@@ -32,6 +32,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.duration is not None and not (math.isfinite(args.duration) and args.duration > 0):
         raise InputError("--duration must be positive (a finite number of seconds), "
                          f"got {args.duration:g}")
+    if args.run_id is not None and not args.run_id.strip():
+        raise InputError("--run-id must not be empty")
 
     def stamp(path: os.PathLike[str]) -> tuple[int, int] | None:
         """Identifies this version of ``path``: a file or directory written since differs."""

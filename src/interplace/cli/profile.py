@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from interplace.cli._common import Subparsers, count, int_at_least, write_unsupported_notes
@@ -18,6 +19,12 @@ def _run(args: argparse.Namespace) -> int:
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
     if args.device == "cpu" and args.gpu is not None:
         raise InputError("--gpu picks a GPU for --device cuda; with --device cpu there is none")
+    # Checked here, not left to profile(), whose messages name its keywords (warmup_s,
+    # measure_s): this command's options are --warmup and --measure.
+    if not (math.isfinite(args.warmup) and args.warmup >= 0):
+        raise InputError(f"--warmup must be a finite number of seconds >= 0, got {args.warmup:g}")
+    if not (math.isfinite(args.measure) and args.measure > 0):
+        raise InputError(f"--measure must be a finite number of seconds > 0, got {args.measure:g}")
     workloads = parse_workloads(args.workloads)
     try:
         result = profile(

@@ -301,7 +301,7 @@ def check_arguments(interval_s: float, duration_s: float | None, chunk_rows: int
         raise InputError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
     if host is not None and not host:
         raise InputError("the host name must not be empty")
-    if run_id is not None and not run_id:
+    if run_id is not None and not str(run_id).strip():
         raise InputError("the run id must not be empty")
 
 

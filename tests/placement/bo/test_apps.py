@@ -126,6 +126,15 @@ def test_mps_pair_sets_each_jobs_percentage_and_reads_its_throughput() -> None:
         only_a.value({"mps_a": 5, "mps_b": 50})
 
 
+def test_mps_pair_commands_keep_a_builtin_workload_builtin() -> None:
+    # the profiler checks CUDA up front for built-in workloads; the percentage must not hide them
+    a = WorkloadSpec("a", (sys.executable, "-c", "pass"), builtin=True)
+    pair = MpsPair(a, _job("b"), reference=(1.0, 1.0))
+    ca, cb = pair.commands({"mps_a": 30, "mps_b": 70})
+    assert (ca.builtin, cb.builtin) == (True, False)
+    assert ca.argv[:2] == ("env", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30")
+
+
 def test_isolated_references_and_mps_needs_its_daemon() -> None:
     a = WorkloadSpec("a", (sys.executable, "-c", PCT_JOB.replace(
         'os.environ["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]', '"100"'), "{seconds}"))

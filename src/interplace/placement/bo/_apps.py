@@ -263,7 +263,8 @@ class CoLocation:
 def _with_env(spec: WorkloadSpec, pct: int) -> WorkloadSpec:
     from interplace.collectors.profile import WorkloadSpec
 
-    return WorkloadSpec(spec.name, ("env", f"{MPS_ENV}={int(pct)}", *spec.argv))
+    return WorkloadSpec(spec.name, ("env", f"{MPS_ENV}={int(pct)}", *spec.argv),
+                        builtin=spec.builtin)
 
 
 def _profile_throughputs(specs: Sequence[WorkloadSpec], run_id: str, *, pairs: bool,
