@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,23 @@ def test_no_tasks_and_one_task() -> None:
 def test_a_failing_task_raises_its_own_exception(workers: int) -> None:
     with pytest.raises(ValueError, match="invalid literal"):
         spawn_map(int, ["1", "x", "3"], workers)
+
+
+def _touch_or_fail(path: str) -> None:
+    """Fail at once on ``"fail"``; else take a tenth of a second, then create ``path``."""
+    if path == "fail":
+        raise ValueError("the first task fails")
+    time.sleep(0.1)
+    Path(path).touch()
+
+
+def test_a_failing_task_cancels_the_tasks_not_yet_started(tmp_path: Path) -> None:
+    paths = [str(tmp_path / f"{k}") for k in range(30)]
+    with pytest.raises(ValueError, match="the first task fails"):
+        spawn_map(_touch_or_fail, ["fail", *paths], 2)
+    # Run to the end, the thirty would take three seconds on the one worker left; the pool
+    # stops within a few of them (those already handed to a worker are not recalled).
+    assert len(list(tmp_path.iterdir())) < len(paths)
 
 
 def test_a_worker_that_dies_is_named_not_a_bare_broken_pool() -> None:

@@ -30,7 +30,8 @@ def spawn_map(
     function. With one worker or fewer, or one task, everything runs in this process. The
     results come back in the order of ``tasks`` whatever order the tasks finish in; ``done``
     (a progress bar's update, say) is called once as each task finishes. A task's exception
-    is raised here (the first in ``tasks`` order), after the pool has shut down.
+    is raised here (the first in ``tasks`` order), after the pool has shut down; the tasks
+    not yet started when it is seen are cancelled (those running finish first).
 
     A script that calls this with ``workers > 1`` must guard its own top level with ``if
     __name__ == "__main__":`` (Python's rule for spawned processes): each worker imports the
@@ -59,7 +60,11 @@ def spawn_map(
                 f.add_done_callback(lambda _: callback())
         try:
             return [f.result() for f in futures]
-        except BrokenProcessPool:
+        except BaseException as exc:
+            for f in futures:  # no more work for results that will not be returned
+                f.cancel()
+            if not isinstance(exc, BrokenProcessPool):
+                raise
             raise RuntimeError(
                 f"a worker process of {min(workers, len(tasks))} ended abruptly: a script "
                 "that asks for workers must guard its top level with "
