@@ -491,10 +491,6 @@ def test_profile_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
     code, _, err = run(capsys, "profile", "--workloads", "launch", "--out", str(tmp_path / "p"),
                        "--device", "cpu", "--modes", "mps")
     assert code == 2 and err.startswith("interplace: error:")
-    for option, value in (("--warmup", "-1"), ("--measure", "0"), ("--measure", "nan")):
-        code, _, err = run(capsys, "profile", "--workloads", "launch", "--out",
-                           str(tmp_path / "p"), "--device", "cpu", option, value)
-        assert code == 2 and err.startswith(f"interplace: error: {option} must be a finite")
     assert list(tmp_path.iterdir()) == []
 
 

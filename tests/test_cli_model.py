@@ -388,6 +388,12 @@ def test_fit_refuses_bad_outputs_and_topologies_before_fitting(
             "not allowed with argument",
         ),
         (["evaluate", "--runs", "r.csv", "--seed", "-1"], "argument --seed"),
+        (["profile", "--workloads", "launch", "--out", "p", "--warmup", "-1"],
+         "argument --warmup: must be a finite number >= 0, not '-1'"),
+        (["profile", "--workloads", "launch", "--out", "p", "--measure", "0"],
+         "argument --measure: must be a finite number > 0, not '0'"),
+        (["profile", "--workloads", "launch", "--out", "p", "--measure", "nan"],
+         "argument --measure: must be a finite number > 0, not 'nan'"),
         # past the seed range: refused as the option (was named as a problem of the input file)
         (["fit", "--runs", "r.csv", "--out", "m", "--seed", str(2**63)],
          "argument --seed: must be an integer in [0, 2**63)"),

@@ -72,14 +72,27 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
+def _number(text: str) -> float:
+    """``text`` as a float; NaN where it is not a number (refused as not finite)."""
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
 def positive_number(text: str) -> float:
     """An argparse type: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
+    value = _number(text)
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, not {text!r}")
+    return value
+
+
+def non_negative_number(text: str) -> float:
+    """An argparse type: a finite number >= 0."""
+    value = _number(text)
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, not {text!r}")
     return value
 
 

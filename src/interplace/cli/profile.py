@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 
-from interplace.cli._common import Subparsers, count, int_at_least, write_unsupported_notes
+from interplace.cli._common import (
+    Subparsers,
+    count,
+    int_at_least,
+    non_negative_number,
+    positive_number,
+    write_unsupported_notes,
+)
 from interplace.errors import InputError
 
 __all__ = ["register"]
@@ -19,12 +25,6 @@ def _run(args: argparse.Namespace) -> int:
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
     if args.device == "cpu" and args.gpu is not None:
         raise InputError("--gpu picks a GPU for --device cuda; with --device cpu there is none")
-    # Checked here, not left to profile(), whose messages name its keywords (warmup_s,
-    # measure_s): this command's options are --warmup and --measure.
-    if not (math.isfinite(args.warmup) and args.warmup >= 0):
-        raise InputError(f"--warmup must be a finite number of seconds >= 0, got {args.warmup:g}")
-    if not (math.isfinite(args.measure) and args.measure > 0):
-        raise InputError(f"--measure must be a finite number of seconds > 0, got {args.measure:g}")
     workloads = parse_workloads(args.workloads)
     try:
         result = profile(
@@ -78,14 +78,14 @@ def register(sub: Subparsers) -> None:
     )
     prof.add_argument(
         "--warmup",
-        type=float,
+        type=non_negative_number,
         default=2.0,
         metavar="S",
         help="seconds before the measurement window (default: 2)",
     )
     prof.add_argument(
         "--measure",
-        type=float,
+        type=positive_number,
         default=5.0,
         metavar="S",
         help="length of the measurement window (default: 5)",
