@@ -455,6 +455,13 @@ def main() -> None:
         "pairs (default: the library's, 0.5)",
     )
     ap.add_argument(
+        "--direct-weight",
+        type=float,
+        metavar="W",
+        help="fit option: Hyper(direct_weight=W), a direct matrix completion averaged into "
+        "the unmeasured pairs of measured jobs (default: the library's, 0)",
+    )
+    ap.add_argument(
         "--lucid-splits",
         nargs="+",
         choices=("random", "cold"),
@@ -492,6 +499,9 @@ def main() -> None:
     if args.no_counter_kernel:
         hyper["cold_kernel_weight"] = 0.0
         results["fit"]["cold_kernel_weight"] = 0.0
+    if args.direct_weight is not None:
+        hyper["direct_weight"] = args.direct_weight
+        results["fit"]["direct_weight"] = args.direct_weight
     if hyper:
         fit_kwargs["hyper"] = Hyper(**hyper)
     families = [None if f == "none" else f for f in args.families]

@@ -1,8 +1,8 @@
 """Is the model's decision quality above a peer's, or level with it? Paired over seeds.
 
 Run: ``python benchmarks/decision_paired.py --from docs/accuracy-decision-families-400.json
-[more.json ...] [--key decision decision_families] [--resamples 20000] [--seed 0]
-[--out results.json]``
+[more.json ...] [--baseline other.json ...] [--key decision decision_families]
+[--resamples 20000] [--seed 0] [--out results.json]``
 
 ``benchmarks/accuracy.py --parts decision`` scores every predictor's exact choice of
 co-location on the same seeded job mixes, as a share of the measured optimum, and keeps each
@@ -19,6 +19,12 @@ and reports per predictor the mean of :math:`d` over seeds, its standard error, 
 bootstrap interval (seeds resampled with replacement), how many seeds put the model ahead and
 behind, and mix by mix how many it wins, loses and ties. "Above a peer" is read here as the
 interval lying above 0.
+
+``--baseline``: runs of *another setting of the model* on the same seeds and mixes (the
+default, say, where ``--from`` ran an option of the fit); each seed's model ratios there join
+that seed's rows as the predictor ``interplace@baseline``, so the setting is set against the
+baseline as against a peer. Each seed of ``--from`` must be in the baseline files once, with
+as many mixes.
 """
 
 from __future__ import annotations
@@ -64,6 +70,36 @@ def _per_seed(path: Path, key: str) -> list[dict[str, Any]]:
     return rows
 
 
+BASELINE = f"{MODEL}@baseline"
+
+
+def with_baseline(rows: list[dict[str, Any]], base: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` with each seed's model ratios in ``base`` added as :data:`BASELINE`; exits with
+    a one-line error where a seed is missing from ``base``, is there twice, or has another
+    number of mixes.
+
+    >>> rows = [{"seed": 3, "ratios": {"interplace": [1.0, 0.9]}}]
+    >>> base = [{"seed": 3, "ratios": {"interplace": [0.9, 0.9], "p": [0.8, 0.8]}}]
+    >>> with_baseline(rows, base)[0]["ratios"]
+    {'interplace': [1.0, 0.9], 'interplace@baseline': [0.9, 0.9]}
+    """
+    by_seed: dict[int, list[float]] = {}
+    for r in base:
+        if r["seed"] in by_seed:
+            sys.exit(f"--baseline: seed {r['seed']} is there twice")
+        by_seed[r["seed"]] = r["ratios"][MODEL]
+    out = []
+    for r in rows:
+        b = by_seed.get(r["seed"])
+        if b is None:
+            sys.exit(f"--baseline: no seed {r['seed']}")
+        if len(b) != len(r["ratios"][MODEL]):
+            sys.exit(f"--baseline: seed {r['seed']} has {len(b)} mixes, not "
+                     f"{len(r['ratios'][MODEL])}")
+        out.append({**r, "ratios": {**r["ratios"], BASELINE: b}})
+    return out
+
+
 def paired(rows: list[dict[str, Any]], peer: str, resamples: int, seed: int) -> dict[str, Any]:
     """The model against ``peer`` over the seeds of ``rows`` (module docstring).
 
@@ -97,6 +133,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--from", dest="sources", nargs="+", type=Path, required=True,
                     help="JSON files of benchmarks/accuracy.py --parts decision")
+    ap.add_argument("--baseline", nargs="+", type=Path, default=[],
+                    help="runs of another setting of the model on the same seeds and mixes, "
+                    "set against --from's model as the predictor interplace@baseline")
     ap.add_argument("--key", nargs="+", default=["decision", "decision_families"],
                     help="which decision parts (default: decision decision_families)")
     ap.add_argument("--resamples", type=int, default=20000)
@@ -110,6 +149,8 @@ def main() -> None:
         rows = [r for path in args.sources for r in _per_seed(path, key)]
         if not rows:
             continue
+        if args.baseline:
+            rows = with_baseline(rows, [r for path in args.baseline for r in _per_seed(path, key)])
         peers = sorted(set.intersection(*(set(r["ratios"]) for r in rows)) - {MODEL})
         for peer in peers:
             out_rows.append({"key": key, "seed_list": [r["seed"] for r in rows]}

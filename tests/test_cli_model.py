@@ -394,6 +394,10 @@ def test_fit_refuses_bad_outputs_and_topologies_before_fitting(
          "argument --measure: must be a finite number > 0, not '0'"),
         (["profile", "--workloads", "launch", "--out", "p", "--measure", "nan"],
          "argument --measure: must be a finite number > 0, not 'nan'"),
+        (["fit", "--runs", "r.csv", "--out", "m", "--direct-weight", "1.5"],
+         "argument --direct-weight: must be a number in [0, 1], not '1.5'"),
+        (["evaluate", "--runs", "r.csv", "--direct-weight", "nan"],
+         "argument --direct-weight: must be a number in [0, 1], not 'nan'"),
         # past the seed range: refused as the option (was named as a problem of the input file)
         (["fit", "--runs", "r.csv", "--out", "m", "--seed", str(2**63)],
          "argument --seed: must be an integer in [0, 2**63)"),
@@ -568,6 +572,19 @@ def test_fit_takes_no_counter_kernel(
     assert loaded.hyper.cold_kernel_weight == 0.0
     assert loaded.measured is not None and loaded.measured.kernel is None
     assert "counter_kernel" not in loaded.info["completion"]
+
+
+def test_fit_takes_a_direct_weight_beside_no_counter_kernel(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, fitted: Fitted
+) -> None:
+    _, loaded = _fit_with(
+        capsys, fitted, tmp_path / "model", "--direct-weight", "0.5", "--no-counter-kernel",
+        "--steps", STEPS, "--restarts", "1", "--quiet",
+    )
+    assert (loaded.hyper.direct_weight, loaded.hyper.cold_kernel_weight) == (0.5, 0.0)
+    # every pair of the toy data was measured: no warm pair for the completion to move
+    # (what it does to one: tests/model/test_cells.py)
+    assert "direct" not in loaded.info["completion"]
 
 
 def test_fit_takes_restarts_and_temper(

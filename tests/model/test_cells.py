@@ -17,10 +17,11 @@ from hypothesis import strategies as st
 
 from interplace.datasets import CoLocationData, synthetic
 from interplace.errors import InputError
-from interplace.model import Hyper, InterferenceModel, Query, fit
+from interplace.model import Hyper, InterferenceModel, Query, fit, holdout_split
 from interplace.model._cells import (
     OFFSET_BOUND,
     MeasuredPairs,
+    _cells_log_mean_speed,
     _cells_variance,
     _pair_terms,
     _solve_offsets,
@@ -32,10 +33,13 @@ from interplace.model._cells import (
     lifted_draws,
     lifted_spread,
     measured_cells,
+    measured_pairs,
     pair_log_speed,
+    warm_cells,
 )
 from interplace.model._data import Observations
 from interplace.model._fit import MEASURED_DRAWS, stage_inputs, with_second_stage
+from interplace.model._softimpute import select_cells
 
 from .conftest import SMALL_STEPS
 
@@ -843,3 +847,73 @@ def test_a_new_measurement_of_a_noisy_pair_is_covered_at_its_own_noise() -> None
     # Student-t tails of the measurement noise make it wider, so 0.8 is four sd below
     # nominal and far above the 0.42-0.55 of the fixed 2%.
     assert np.mean(covered) >= 0.8
+
+
+@pytest.fixture(scope="module")
+def warm_structure() -> tuple[InterferenceModel, CoLocationData]:
+    """A structure (no second stage) of six jobs with 30% of the co-located runs held out:
+    pairs between measured jobs that were never measured together (warm pairs)."""
+    train, _ = holdout_split(synthetic(6, seed=4, samples_per_run=8), holdout_frac=0.3, seed=0)
+    kw = {"seed": 0, "steps": 60, "min_steps": 60, "restarts": 1}
+    return fit(train, measured=False, **kw), train  # type: ignore[arg-type]
+
+
+def test_the_direct_completion_moves_only_the_warm_pairs(
+    warm_structure: tuple[InterferenceModel, CoLocationData],
+) -> None:
+    # Hyper.direct_weight: each warm pair's reported speed (its posterior mean over the
+    # stage's draws) becomes the weighted geometric mean of the structure's and of a direct
+    # completion of the measured pairs' mean log speeds, to the offset solver's 1e-10 (1e-9
+    # allowed) wherever the blend lies below the job's level (there the co-runner's pressure
+    # is all but off); every other pair keeps its offset bit for bit.
+    structure, train = warm_structure
+    obs, _, _, _ = stage_inputs(structure, train)
+    draws = structure.draws(MEASURED_DRAWS, 0)
+    args = (obs, draws, structure.speed_noise(), structure.hyper.measure_noise)
+    base, _ = measured_pairs(*args, seed=0)
+    moved, info = measured_pairs(*args, seed=0, direct_weight=0.5)
+    assert base is not None and moved is not None
+    n = len(structure.jobs)
+    warm = warm_cells(n, base.job, base.co)
+    assert warm.size > 0 and info["direct"]["pairs"] == warm.size
+    rest = np.setdiff1d(np.arange(n * n), warm)
+    np.testing.assert_array_equal(moved.offset.reshape(-1)[rest], base.offset.reshape(-1)[rest])
+    # the matrix-completion peer's prediction of each warm pair, on the same cells
+    wj, wk = np.divmod(warm, n)
+    mu_d, a, b, z, rank, _ = select_cells(np.exp(base.log_speed), base.job, base.co, n, seed=0)
+    assert info["direct"]["rank"] == rank
+    direct = np.log(np.maximum(mu_d + a[wj] + b[wk] + z[wj, wk], 0.01))
+    terms, at = _pair_terms(draws), torch.as_tensor(warm)
+    before = _cells_log_mean_speed(terms, torch.as_tensor(base.offset), at, n)
+    after = _cells_log_mean_speed(terms, torch.as_tensor(moved.offset), at, n)
+    want = 0.5 * before + 0.5 * torch.as_tensor(direct)
+    free = torch.as_tensor(moved.offset.reshape(-1)[warm] > -OFFSET_BOUND)
+    assert bool(free.any())
+    assert float((after - want)[free].abs().max()) <= 1e-9
+    assert bool((after[~free] <= want[~free] + 1e-9).all())
+    # and the completion stored for a warm pair is what its new target says
+    reached = pair_log_speed(draws, torch.as_tensor(moved.offset)).numpy()[wj, wk]
+    mu = pair_log_speed(draws).numpy()[wj, wk]
+    np.testing.assert_allclose(moved.expected[wj, wk], reached - mu, atol=1e-9)
+
+
+def test_a_fit_with_a_direct_weight_records_it_and_keeps_its_measured_pairs(
+    warm_structure: tuple[InterferenceModel, CoLocationData],
+) -> None:
+    # The weight enters the second stage only (the structure is the same fit) and moves no
+    # measured pair: each still follows its measurement as in the default fit.
+    _, train = warm_structure
+    kw = {"seed": 0, "steps": 60, "min_steps": 60, "restarts": 1}
+    default = fit(train, **kw)  # type: ignore[arg-type]
+    direct = fit(train, hyper=Hyper(direct_weight=0.5), **kw)  # type: ignore[arg-type]
+    assert "direct" not in default.info["completion"]
+    assert direct.info["completion"]["direct"]["pairs"] > 0
+    assert direct.hyper.direct_weight == 0.5
+    for name, (loc, scale) in default.posterior.items():
+        assert torch.equal(loc, direct.posterior[name][0])
+        assert torch.equal(scale, direct.posterior[name][1])
+    a, b = default.measured, direct.measured
+    assert a is not None and b is not None
+    measured = a.job * len(default.jobs) + a.co
+    np.testing.assert_array_equal(a.offset.reshape(-1)[measured], b.offset.reshape(-1)[measured])
+    assert not np.array_equal(a.offset, b.offset)

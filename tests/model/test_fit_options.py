@@ -301,6 +301,8 @@ def test_bad_fit_options_are_one_line_errors(option: dict[str, object], message:
         ({"demand_loc": math.inf}, "hyper-parameter demand_loc must be a finite number"),
         ({"cold_kernel_weight": 1.5}, r"cold_kernel_weight must lie in \[0, 1\], not 1.5"),
         ({"cold_kernel_weight": -0.1}, r"cold_kernel_weight must lie in \[0, 1\]"),
+        ({"direct_weight": 2.0}, r"direct_weight must lie in \[0, 1\], not 2.0"),
+        ({"direct_weight": math.nan}, "hyper-parameter direct_weight must be a finite number"),
     ],
 )
 def test_bad_hyper_parameters_are_input_errors(values: dict[str, object], message: str) -> None:

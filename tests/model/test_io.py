@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 import re
@@ -18,7 +19,7 @@ from safetensors.torch import load_file, save_file
 
 from interplace.datasets import CoLocationData
 from interplace.errors import DIGEST_KEY, InputError
-from interplace.model import FORMAT_VERSION, InterferenceModel, Query
+from interplace.model import FORMAT_VERSION, Hyper, InterferenceModel, Query
 
 META = "model.json"
 WEIGHTS = "posterior.safetensors"
@@ -50,6 +51,8 @@ def _as_version(meta: dict[str, Any], version: int) -> None:
     """``meta`` as an older format wrote it: before version 10, ``measured`` held the scales
     alone (no counter kernel)."""
     meta["format_version"] = version
+    if version < 11:
+        meta["hyper"].pop("direct_weight", None)
     if version < 10 and meta.get("measured") is not None:
         meta["measured"] = {k: meta["measured"][k] for k in ("scale", "noise")}
 
@@ -447,6 +450,19 @@ def test_a_version_9_model_loads_without_a_counter_kernel(saved: Path) -> None:
     _edit_meta(saved, lambda m: _as_version(m, 9))
     m = InterferenceModel.load(saved).measured
     assert m is not None and m.kernel is None and m.kernel_weight == 0.0
+
+
+def test_a_direct_weight_is_saved_and_an_older_model_loads_without_one(
+    small_model: InterferenceModel, tmp_path: Path
+) -> None:
+    # Hyper.direct_weight (format 11) acts in the fit's second stage; a model records it, and
+    # one saved before it (format 10 or older) was fitted without it, whatever the default.
+    model = dataclasses.replace(small_model, hyper=Hyper(direct_weight=0.25))
+    saved = model.save(tmp_path / "model")
+    assert InterferenceModel.load(saved).hyper.direct_weight == 0.25
+    _edit_meta(saved, lambda m: _as_version(m, 10))
+    assert "direct_weight" not in json.loads((saved / META).read_text())["hyper"]
+    assert InterferenceModel.load(saved).hyper.direct_weight == 0.0
 
 
 @pytest.mark.parametrize(

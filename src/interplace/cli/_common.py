@@ -63,6 +63,14 @@ def open_fraction(text: str) -> float:
     return value
 
 
+def unit_fraction(text: str) -> float:
+    """An argparse type: a number in ``[0, 1]``."""
+    value = _number(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1], not {text!r}")
+    return value
+
+
 def count(n: int, noun: str, plural: str | None = None) -> str:
     """``n`` and ``noun``, the noun plural unless ``n`` is 1.
 
@@ -260,7 +268,7 @@ def add_fit_args(p: argparse.ArgumentParser) -> None:
 def add_rank_arg(p: argparse.ArgumentParser) -> None:
     """``--rank`` (the largest rank of the model's low-rank pair term), ``--structure-only``
     (no measured-pair stage), ``--no-cold-scale``, ``--no-counter-kernel``,
-    ``--no-lift-ceilings``, ``--restarts``,
+    ``--direct-weight``, ``--no-lift-ceilings``, ``--restarts``,
     ``--temper`` and ``--lr`` (the inference), for fit and evaluate."""
     p.add_argument(
         "--rank",
@@ -287,6 +295,14 @@ def add_rank_arg(p: argparse.ArgumentParser) -> None:
         help="predict a job without co-located runs from its mechanism and its nearest "
         "measured jobs alone, not also from a regression of the measured pairs on both jobs' "
         "counters (Hyper.cold_kernel_weight 0; the default averages the two)",
+    )
+    p.add_argument(
+        "--direct-weight",
+        type=unit_fraction,
+        metavar="W",
+        help="average the speed predicted for each pair never measured together, of jobs "
+        "measured as victim and as co-runner, with a matrix completion of the measured pairs' "
+        "speeds, weight W in [0, 1] (Hyper.direct_weight; default 0: the model's own)",
     )
     p.add_argument(
         "--no-lift-ceilings",
@@ -359,8 +375,8 @@ def rank_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """``rank``, ``restarts``, ``temper`` and ``lr`` where given, ``measured=False`` for
     ``--structure-only``, ``cold_scale=False`` for ``--no-cold-scale``,
     ``lift_ceilings=False`` for ``--no-lift-ceilings`` and ``hyper`` with
-    ``cold_kernel_weight=0`` for ``--no-counter-kernel`` (otherwise the library's
-    defaults)."""
+    ``cold_kernel_weight=0`` for ``--no-counter-kernel`` and ``direct_weight`` from
+    ``--direct-weight`` (otherwise the library's defaults)."""
     out: dict[str, Any] = {
         k: getattr(args, k) for k in ("rank", "restarts", "temper", "lr")
         if getattr(args, k) is not None
@@ -371,10 +387,15 @@ def rank_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         out["cold_scale"] = False
     if args.no_lift_ceilings:
         out["lift_ceilings"] = False
+    hyper: dict[str, float] = {}
     if args.no_counter_kernel:
+        hyper["cold_kernel_weight"] = 0.0
+    if args.direct_weight is not None:
+        hyper["direct_weight"] = args.direct_weight
+    if hyper:
         from interplace.model import Hyper
 
-        out["hyper"] = Hyper(cold_kernel_weight=0.0)
+        out["hyper"] = Hyper(**hyper)
     return out
 
 

@@ -158,6 +158,18 @@ job through its fitted demand and the mates through five neighbours; the kernel 
 pairs of jobs with such readings ran, all of them at once (on Lucid's cold-start splits,
 ``docs/benchmarks.md``, "The counter kernel for cold jobs").
 
+*A direct completion* (opt-in). With ``Hyper.direct_weight`` :math:`w_d > 0`, a pair never
+measured whose victim was measured as a victim and whose co-runner as a co-runner is
+averaged the same way with a matrix completion of the measured pairs' speeds themselves,
+:math:`\hat D_{jk}` (biases and soft-impute with no structure under them: the
+matrix-completion peer's algorithm),
+:math:`\log \bar v'_{jk} = (1 - w_d) \log \bar v_{jk} + w_d \log \hat D_{jk}`
+(``info["completion"]["direct"]``). The two err differently, and an exact placement follows
+the largest misses: on Gavel V100 without families it chose closer to the measured optimum,
+with families it gained nothing (``docs/benchmarks.md``, "A direct matrix completion averaged
+into the unmeasured pairs" and "The direct completion as an option of the fit"); the
+default, 0, leaves it out.
+
 *Ceilings.* A speed is relative to the job's recorded isolated throughput, and every speed
 of the job next to a co-runner on its GPU shares the level :math:`\beta_j` (above). Since a
 co-runner never speeds a job up, a pair measured faster than that level says

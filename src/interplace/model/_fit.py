@@ -1303,6 +1303,7 @@ def with_second_stage(
             structure.hyper.measure_noise, seed=seed, family=family, readings=readings,
             lift_ceilings=lift_ceilings, df=structure.hyper.speed_df,
             kernel_weight=structure.hyper.cold_kernel_weight,
+            direct_weight=structure.hyper.direct_weight,
             kernel_readings=None if readings is None else floored(readings, below),
         )
     lift = np.asarray(completion.pop("ceiling_lift", np.zeros(len(structure.jobs))), dtype=float)

@@ -53,7 +53,7 @@ __all__ = [
     "SpeedPosterior",
 ]
 
-FORMAT_VERSION = 10
+FORMAT_VERSION = 11
 r"""Version of the saved model directory layout (``model.json`` + ``posterior.safetensors``).
 
 Version 2 added the intensity sites (``log_intensity``, ``intensity_sd``); version 1 models
@@ -84,9 +84,14 @@ Version 10 added the counter kernel a cold job's pairs are averaged with
 ``model.json``, the kernel's hyper-parameters and standardisation; the regression itself is
 rebuilt from the measured pairs). Older models load without it and answer as saved (a job
 added to them later from its counters borrows its mates' effects alone); an older
-interplace refuses version 10, whose added jobs it would predict without the kernel."""
+interplace refuses version 10, whose added jobs it would predict without the kernel.
+Version 11 added the weight of the direct completion averaged into the unmeasured pairs of
+measured jobs (``Hyper.direct_weight`` among the hyper-parameters;
+:mod:`interplace.model._cells`, *A direct completion*); its effect is stored in the pairs'
+offsets as before, and older models load with the weight 0, as they were fitted; an older
+interplace refuses version 11, whose hyper-parameters it does not know."""
 
-_READS = (2, 3, 4, 5, 6, 7, 8, 9, 10)
+_READS = (2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
 
 _MEASURED = "measured"
 _MEASURED_KEYS = ("job", "co", "log_speed", "n", "expected", "offset")
@@ -790,7 +795,10 @@ class InterferenceModel:
         except (SafetensorError, OSError, ValueError) as exc:
             raise InputError(f"{weights}: not a readable safetensors file ({exc})") from None
         try:
-            hyper = Hyper(**{k: float(v) for k, v in meta["hyper"].items()})
+            raw_hyper = dict(meta["hyper"])
+            if version < 11:  # fitted before the direct completion: without it
+                raw_hyper.setdefault("direct_weight", 0.0)
+            hyper = Hyper(**{k: float(v) for k, v in raw_hyper.items()})
             raw_families = meta.get("families")
             families = None
             if raw_families is not None:

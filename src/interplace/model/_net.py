@@ -138,6 +138,7 @@ class Hyper:
     pair_scale_scale: float = 1.0
     measure_noise: float = 0.02
     cold_kernel_weight: float = 0.5
+    direct_weight: float = 0.0
 
     def __post_init__(self) -> None:
         for name, value in self.__dict__.items():
@@ -147,11 +148,11 @@ class Hyper:
             # of freedom are positive (0 made the fit "diverge", a negative one torch's error)
             if (name.endswith("_scale") or name in ("measure_noise", "speed_df")) and value <= 0:
                 raise InputError(f"hyper-parameter {name} must be > 0, not {value!r}")
-        if not 0 <= self.cold_kernel_weight <= 1:
-            raise InputError(
-                f"hyper-parameter cold_kernel_weight must lie in [0, 1], not "
-                f"{self.cold_kernel_weight!r}"
-            )
+        for name in ("cold_kernel_weight", "direct_weight"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise InputError(
+                    f"hyper-parameter {name} must lie in [0, 1], not {getattr(self, name)!r}"
+                )
 
 
 def family_sd_loc(hyper: Hyper, n_res: int) -> list[float]:

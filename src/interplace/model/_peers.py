@@ -62,7 +62,7 @@ from interplace._parallel import one_blas_thread
 from interplace.datasets.runs import CoLocationData
 from interplace.errors import InputError
 from interplace.model._evaluate import co_runner_lists, solo_counters
-from interplace.model._softimpute import LAMBDA_FRACTIONS, RANKS, biases, fit_cells
+from interplace.model._softimpute import MIN_SPEED, select_cells
 
 __all__ = [
     "PEERS",
@@ -78,8 +78,6 @@ __all__ = [
 ]
 
 _FloatArray = np.ndarray[Any, np.dtype[np.float64]]
-MIN_SPEED = 0.01
-"""Floor of a peer's pair prediction (a speed is positive)."""
 EBM_SMALL_PAIRS = 200
 """Below this many training pairs the EBM's validation split holds under 30 of them, few
 enough that its boosting can fit them ever more closely and never stop early: on synthetic
@@ -183,27 +181,8 @@ def fit_soft_impute(data: CoLocationData, *, seed: int = 0, folds: int = 5) -> S
     ji = np.asarray([index[j] for j, _ in cells.index])
     ki = np.asarray([index[k] for _, k in cells.index])
     y = cells.to_numpy(dtype=float)
-    mu, a, b = biases(y, ji, ki, n)
-    r0 = np.zeros((n, n))
-    r0[ji, ki] = y - mu - a[ji] - b[ki]
-    smax = float(np.linalg.svd(r0, compute_uv=False)[0]) if n else 0.0
-    grid = [(rank, frac * smax) for rank in RANKS if rank <= n for frac in LAMBDA_FRACTIONS]
-    rng = np.random.default_rng(seed)
-    fold = rng.permutation(len(y)) % max(2, min(folds, len(y)))
-    best, best_err = (1, smax), math.inf
     with one_blas_thread():  # hundreds of small SVDs (see one_blas_thread)
-        if len(y) >= 2 * folds:
-            for rank, lam in grid:
-                err = 0.0
-                for f in range(int(fold.max()) + 1):
-                    tr, te = fold != f, fold == f
-                    m, aa, bb, z = fit_cells(y[tr], ji[tr], ki[tr], n, lam, rank)
-                    pred = m + aa[ji[te]] + bb[ki[te]] + z[ji[te], ki[te]]
-                    err += float(np.abs(np.maximum(pred, MIN_SPEED) - y[te]).sum())
-                if err < best_err - 1e-12:
-                    best, best_err = (rank, lam), err
-        rank, lam = best
-        mu, a, b, z = fit_cells(y, ji, ki, n, lam, rank)
+        mu, a, b, z, rank, lam = select_cells(y, ji, ki, n, seed=seed, folds=folds)
     return SoftImpute(jobs, mu, a, b, z, rank, lam)
 
 

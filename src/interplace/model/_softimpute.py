@@ -34,6 +34,7 @@ toward 0.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,7 @@ from interplace.errors import InputError
 __all__ = [
     "HUBER_K",
     "LAMBDA_FRACTIONS",
+    "MIN_SPEED",
     "RANKS",
     "ROBUST_ROUNDS",
     "ROBUST_TOL",
@@ -53,6 +55,7 @@ __all__ = [
     "family_means",
     "fit_cells",
     "robust_biases",
+    "select_cells",
     "soft_impute",
 ]
 
@@ -178,6 +181,52 @@ def family_means(
 
 RANKS = (1, 2, 3, 5, 8)
 LAMBDA_FRACTIONS = (0.5, 0.3, 0.2, 0.1, 0.05, 0.02, 0.005)
+MIN_SPEED = 0.01
+"""Floor of a completed speed (a speed is positive): :func:`select_cells` scores its
+candidates on speeds floored so."""
+
+
+def select_cells(
+    y: _FloatArray, ji: np.ndarray[Any, Any], ki: np.ndarray[Any, Any], n: int, *, seed: int,
+    folds: int = 5,
+) -> tuple[float, _FloatArray, _FloatArray, _FloatArray, int, float]:
+    """Biases and a soft-impute term of the ``(C,)`` speeds ``y`` at rows ``ji`` and columns
+    ``ki`` of an ``n x n`` matrix, the rank in :data:`RANKS` (at most ``n``) and shrinkage in
+    :data:`LAMBDA_FRACTIONS` of the largest singular value of the residuals after the biases,
+    chosen by ``folds``-fold cross-validation (seeded folds) on the absolute error of the
+    speeds floored at :data:`MIN_SPEED` (the least rank and largest shrinkage with fewer than
+    ``2 * folds`` cells). Returns ``mu``, ``a`` ``(n,)``, ``b`` ``(n,)``, ``Z`` ``(n, n)``, the
+    rank and the shrinkage. The matrix-completion peer's fit
+    (:func:`~interplace.model._peers.fit_soft_impute`; Gavel's approach).
+
+    >>> rng = np.random.default_rng(0)
+    >>> ji, ki = np.divmod(np.arange(64), 8)
+    >>> y = 0.7 + 0.1 * rng.standard_normal(8)[ji] + 0.01 * rng.standard_normal(64)
+    >>> mu, a, b, z, rank, lam = select_cells(y, ji, ki, 8, seed=0)
+    >>> bool(np.abs(mu + a[ji] + b[ki] + z[ji, ki] - y).mean() < 0.01)
+    True
+    """
+    mu, a, b = biases(y, ji, ki, n)
+    r0 = np.zeros((n, n))
+    r0[ji, ki] = y - mu - a[ji] - b[ki]
+    smax = float(np.linalg.svd(r0, compute_uv=False)[0]) if n else 0.0
+    grid = [(rank, frac * smax) for rank in RANKS if rank <= n for frac in LAMBDA_FRACTIONS]
+    rng = np.random.default_rng(seed)
+    fold = rng.permutation(len(y)) % max(2, min(folds, len(y)))
+    best, best_err = (1, smax), math.inf
+    if len(y) >= 2 * folds:
+        for rank, lam in grid:
+            err = 0.0
+            for f in range(int(fold.max()) + 1):
+                tr, te = fold != f, fold == f
+                m, aa, bb, z = fit_cells(y[tr], ji[tr], ki[tr], n, lam, rank)
+                pred = m + aa[ji[te]] + bb[ki[te]] + z[ji[te], ki[te]]
+                err += float(np.abs(np.maximum(pred, MIN_SPEED) - y[te]).sum())
+            if err < best_err - 1e-12:
+                best, best_err = (rank, lam), err
+    rank, lam = best
+    mu, a, b, z = fit_cells(y, ji, ki, n, lam, rank)
+    return mu, a, b, z, rank, lam
 
 
 SUBSPACE_OVERSAMPLE = 4
