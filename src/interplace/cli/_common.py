@@ -54,10 +54,7 @@ def seed_arg(text: str) -> int:
 
 def open_fraction(text: str) -> float:
     """An argparse type: a number strictly between 0 and 1."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
+    value = _number(text)
     if not 0 < value < 1:
         raise argparse.ArgumentTypeError(f"must be a number between 0 and 1, not {text!r}")
     return value
