@@ -1158,24 +1158,25 @@ def measured_pairs(
     info["ceiling_lift"] = lift.tolist()
     info["measure_noise"], info["repeats_df"] = measure_noise, repeats
     offset = _solve_offsets(draws, target, terms=terms)
+    # Each blend: the pairs (flat cells), the log speeds averaged into them, the weight.
+    blends: list[tuple[_IntArray, _FloatArray, float]] = []
     if cold.size:
-        target, offset = speed_blended(
-            draws, target, offset, cold, cold_g, kernel_weight, terms=terms
-        )
-        # The blended pairs' completion is what their targets now say (relative to the
-        # lifted structure, as everything stored is).
-        vj, vk = np.divmod(cold, n_jobs)
-        expected[vj, vk] = (target - mu).numpy()[vj, vk] - lift[vj]
+        blends.append((cold, cold_g, kernel_weight))
     warm = warm_cells(n_jobs, job, co) if direct_weight > 0 else np.zeros(0, dtype=np.int64)
     if warm.size:
         wj, wk = np.divmod(warm, n_jobs)
         d_mu, d_a, d_b, d_z, rank, lam = select_cells(np.exp(mean), job, co, n_jobs, seed=seed)
         direct = np.log(np.maximum(d_mu + d_a[wj] + d_b[wk] + d_z[wj, wk], MIN_SPEED))
         info["direct"] = {"rank": rank, "shrinkage": lam, "pairs": int(warm.size)}
+        blends.append((warm, direct, direct_weight))
+    for cells, blended, weight in blends:
         target, offset = speed_blended(
-            draws, target, offset, warm, direct, direct_weight, terms=terms
+            draws, target, offset, cells, blended, weight, terms=terms
         )
-        expected[wj, wk] = (target - mu).numpy()[wj, wk] - lift[wj]
+        # The blended pairs' completion is what their targets now say (relative to the
+        # lifted structure, as everything stored is).
+        bj, bk = np.divmod(cells, n_jobs)
+        expected[bj, bk] = (target - mu).numpy()[bj, bk] - lift[bj]
     reached = pair_log_speed(draws, offset, terms=terms)[job, co]
     info["unreachable"] = int(((reached - target[job, co]).abs() > 1e-6).sum())
     spread = None
