@@ -126,6 +126,21 @@ def test_bad_input_is_one_line_and_exit_2(
     assert message in err
 
 
+@pytest.mark.parametrize(
+    ("argv", "prog"),
+    [(["topo", "p4d", "--bogus"], "interplace topo"), (["topo", "p4d", "x"], "interplace topo"),
+     (["--bogus"], "interplace")],
+)
+def test_an_unknown_argument_points_to_its_commands_help(
+    capsys: pytest.CaptureFixture[str], argv: list[str], prog: str
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"{prog}: error: ") and err.endswith(f"(see {prog} --help)\n")
+
+
 def test_malformed_xml_leaves_no_plot_file(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

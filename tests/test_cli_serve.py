@@ -103,6 +103,8 @@ def test_serve_start_up_errors(
         (["--model", str(model_dir), "--topology", "dgx-a100", "--policy", "best"],
          "unknown policy 'best'"),
         (["--model", str(model_dir), "--node-topology", str(tmp_path)], "no node topology"),
+        (["--model", str(model_dir), "--node-topology", str(model_dir / "model.json")],
+         f"not a directory: {model_dir / 'model.json'}"),
         (["--model", str(model_dir), "--topology", "dgx-a100", "--port", "99999"],
          "--port must be at most 65535"),
         (["--model", str(model_dir), "--topology", "dgx-a100", "--host", "no.such.host."],

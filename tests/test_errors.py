@@ -39,6 +39,32 @@ def test_bad_output_paths_are_one_line_errors(
         check_output_file(tmp_path / "out.csv")
 
 
+
+def test_a_folder_that_refuses_files_fails_before_the_work(tmp_path: Path) -> None:
+    # /proc passes os.access for root but takes no new file: the check tries one.
+    if not Path("/proc/self").is_dir():
+        pytest.skip("no /proc")
+    with pytest.raises(InputError, match=r"^cannot write to /proc: "):
+        check_output_file("/proc/interplace-out.csv")
+
+
+def test_a_failed_write_names_the_users_file_not_the_temporary_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from interplace.errors import atomic_write
+
+    target = tmp_path / "out.csv"
+
+    def refuse(src: object, dst: object) -> None:
+        raise OSError(28, "No space left on device", str(src))
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(OSError, match="No space left") as info, atomic_write(target) as fh:
+        fh.write("x")
+    assert info.value.filename == str(target)
+    assert sorted(tmp_path.iterdir()) == []  # nor is the temporary file left
+
+
 @pytest.mark.parametrize(
     ("value", "low", "expected"),
     [

@@ -171,6 +171,11 @@ def check_output_parent(parent: Path) -> None:
         raise InputError(f"output directory is not a directory: {parent}")
     if not os.access(parent, os.W_OK | os.X_OK):  # a read-only mount too
         raise InputError(f"cannot write to {parent}: permission denied")
+    try:  # what access() cannot see: /proc, /sys, a full disk, root on a read-only folder
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as exc:
+        raise InputError(f"cannot write to {parent}: {exc.strerror or first_line(exc)}") from exc
 
 
 DIGEST_KEY = "sha256"
@@ -338,9 +343,11 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[s
         with os.fdopen(fd, mode) as fh:
             yield fh
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename == tmp:  # name the user's file
+            raise OSError(exc.errno, exc.strerror, str(target)) from exc
         raise
 
 

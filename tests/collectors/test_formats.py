@@ -186,6 +186,9 @@ def test_dmon_time_only_crosses_midnight() -> None:
         ("    0    43\n", "line 1: data before the dmon header"),
         ("# gpu   pwr\n# Idx     W\n    0    43   12\n", "line 3: expected 2 columns, got 3"),
         ("# gpu   pwr\n# Idx     W\n    0    hot\n", "line 3: pwr value 'hot' is not a number"),
+        # A literal nan or inf was dropped as a gap (dmon writes '-' for one).
+        ("# gpu   pwr\n# Idx     W\n    0    nan\n", "line 3: pwr value 'nan' is not a number"),
+        ("# gpu   pwr\n# Idx     W\n    0    inf\n", "line 3: pwr value 'inf' is not a number"),
         ("# gpu    fb\n# Idx    GB\n    0     1\n", "line 2: dmon column 'fb' has unit 'GB'"),
         ("# Idx     W\n", "no dmon header line"),
     ],

@@ -76,6 +76,8 @@ def test_parse_workloads_builtins_and_files(tmp_path: Path) -> None:
     assert parse_workloads(str(tm)) == [WorkloadSpec("t", ("run", "{seconds}"))]
     with pytest.raises(InputError, match="unknown workload 'bogus'"):
         parse_workloads("gemm,bogus")
+    with pytest.raises(InputError, match=r"is a directory: give a \.json / \.toml file"):
+        parse_workloads(str(tmp_path))
     with pytest.raises(InputError, match="given twice: gemm"):
         parse_workloads("gemm,gemm")
     with pytest.raises(InputError, match="no such file"):

@@ -345,6 +345,8 @@ def test_read_errors_are_input_errors(tmp_path: Path) -> None:
         read_samples(tmp_path / "samples.csv")
     with pytest.raises(InputError, match="no such directory"):
         read_dir(tmp_path / "nowhere")
+    with pytest.raises(InputError, match=r"^not a directory: .*samples\.csv$"):
+        read_dir(tmp_path / "samples.csv")
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(InputError, match=r"no runs\.csv or runs\.parquet"):

@@ -9,7 +9,7 @@ import pytest
 
 from interplace.errors import InputError
 from interplace.placement import Job, MeasuredSpeeds, place
-from interplace.placement.io import read_jobs, read_state, write_placement
+from interplace.placement.io import read_jobs, read_state, write_placement, write_tables
 from interplace.topology import builtin
 
 
@@ -79,3 +79,17 @@ def test_write_placement(tmp_path: Path, toy: MeasuredSpeeds) -> None:
     with pytest.raises(InputError, match="unknown output file type"):
         write_placement(p, tmp_path / "p.json")
     assert not (tmp_path / "p.json").exists()
+
+
+def test_write_tables_all_or_none(tmp_path: Path) -> None:
+    # The second table cannot be written (Parquet refuses a column of mixed types) after the
+    # first was: neither file is replaced, and no temporary file is left.
+    first, second = tmp_path / "placement.csv", tmp_path / "pending.parquet"
+    first.write_text("before\n")
+    good = pd.DataFrame({"job": ["a", "b"]})
+    bad = pd.DataFrame({"job": [1, "b"]})
+    with pytest.raises(Exception, match="job"):
+        write_tables([(good, first), (bad, second)])
+    assert first.read_text() == "before\n" and sorted(tmp_path.iterdir()) == [first]
+    write_tables([(good, first), (good, second)])
+    assert pd.read_csv(first)["job"].tolist() == pd.read_parquet(second)["job"].tolist()

@@ -17,7 +17,7 @@ import importlib
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
 from interplace import __version__
@@ -49,8 +49,22 @@ class _Parser(argparse.ArgumentParser):
     ``interplace fit: error: argument --steps: ... (interplace fit --help)``, exit status 2
     (argparse prints the whole usage block first)."""
 
+    commands: Mapping[str, argparse.ArgumentParser] = {}
+    """Each command's own parser (set on the top-level one by :func:`build_parser`)."""
+
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        """As argparse's, but an argument no parser knows is reported by the command's parser,
+        which points to that command's ``--help``, not the top level's."""
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            where = self.commands.get(getattr(parsed, "command", None) or "", self)
+            where.error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
         importlib.import_module(f"interplace.cli.{name}").register(sub)
+    parser.commands = dict(sub.choices)
     return parser
 
 

@@ -25,10 +25,10 @@ def _run(args: argparse.Namespace) -> int:
     from interplace.placement import OBJECTIVES, POLICIES, SpeedSource, place
     from interplace.placement.io import (
         check_table_path,
+        placement_frame,
         read_jobs,
         read_state,
-        write_placement,
-        write_table,
+        write_tables,
     )
     from interplace.topology import load
 
@@ -82,7 +82,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.state is not None and text.startswith("state: "):
             raise InputError(f"{args.state}: {text.removeprefix('state: ')}") from None
         raise InputError(f"{args.jobs}: {text}") from None
-    write_placement(placement, out)
+    tables = [(placement_frame(placement), out)]
     if args.pending_out is not None:
         import pandas as pd
 
@@ -93,7 +93,8 @@ def _run(args: argparse.Namespace) -> int:
                 "gpus": [j.gpus for j in placement.pending],
             }
         )
-        write_table(pending, Path(args.pending_out))
+        tables.append((pending, Path(args.pending_out)))
+    write_tables(tables)  # both files or neither
     for j in placement.pending:
         sys.stderr.write(f"interplace: pending: {j.job_id} ({j.job}, {count(j.gpus, 'GPU')})\n")
     sys.stdout.write(_summary(placement, topology.name, out, _cold_note(fitted, jobs, state)))

@@ -36,7 +36,7 @@ def node_topologies(
     assert node_dir is not None
     d = Path(node_dir)
     if not d.is_dir():
-        raise InputError(f"no such directory: {d}")
+        raise InputError(f"not a directory: {d}" if d.exists() else f"no such directory: {d}")
     out: dict[str, Topology] = {}
     stems: dict[str, list[Path]] = {}
     for entry in sorted(d.iterdir()):

@@ -179,6 +179,10 @@ def parse_workloads(spec: str) -> list[WorkloadSpec]:
     path = Path(spec.strip())
     # A built-in name wins over a file of that name in the working directory (a binary called
     # gemm, say); a spec file is named by its suffix.
+    given = [item.strip().partition(":")[0] for item in spec.split(",") if item.strip()]
+    if path.is_dir() and not all(n in BUILTINS for n in given):
+        raise InputError(f"workloads {spec!r} is a directory: give a .json / .toml file or "
+                         "built-in names")
     if path.suffix.lower() in (".json", ".toml") or (
         path.is_file() and spec.strip().partition(":")[0] not in BUILTINS
     ):

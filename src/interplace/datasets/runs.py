@@ -472,7 +472,7 @@ def read_dir(directory: str | os.PathLike[str]) -> CoLocationData:
     """
     d = Path(directory)
     if not d.is_dir():
-        raise InputError(f"no such directory: {d}")
+        raise InputError(f"not a directory: {d}" if d.exists() else f"no such directory: {d}")
     runs_path = _one_of(d, "runs")
     if runs_path is None:
         raise InputError(f"{d}: no runs.csv or runs.parquet")

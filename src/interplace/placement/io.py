@@ -18,8 +18,10 @@ State table: one row per (running job, GPU): ``job_id``, ``job``, ``gpu``, optio
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -207,16 +209,36 @@ def check_table_path(path: str | os.PathLike[str]) -> Path:
 
 def write_table(frame: pd.DataFrame, path: str | os.PathLike[str]) -> None:
     """Write ``frame`` atomically as CSV or Parquet, by the file's suffix."""
-    p = Path(path)
-    suffix = p.suffix.lower()
-    if suffix not in _SUFFIXES:
-        raise InputError(f"{p}: unknown output file type {p.suffix!r} (use .csv or .parquet)")
-    if suffix == ".csv":
-        with atomic_write(p, "w") as fh:
-            frame.to_csv(cast("IO[str]", fh), index=False, lineterminator="\n")
-    else:
-        with atomic_write(p, "wb") as fh:
-            frame.to_parquet(cast("IO[bytes]", fh), index=False)
+    write_tables([(frame, path)])
+
+
+def write_tables(tables: Sequence[tuple[pd.DataFrame, str | os.PathLike[str]]]) -> None:
+    """Write each ``(frame, path)`` as :func:`write_table` does, all or none: every table is
+    written to a temporary file first and renamed onto its path only once all are written, so
+    a command with two outputs that fails on the second leaves the first untouched too.
+
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> one = pd.DataFrame({"job": ["a"]})
+    >>> write_tables([(one, d / "a.csv"), (one, d / "b.txt")])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: .../b.txt: unknown output file type '.txt' (use .csv or .parquet)
+    >>> sorted(p.name for p in d.iterdir())
+    []
+    """
+    paths = [Path(path) for _, path in tables]
+    for p in paths:
+        if p.suffix.lower() not in _SUFFIXES:
+            raise InputError(f"{p}: unknown output file type {p.suffix!r} (use .csv or .parquet)")
+    with contextlib.ExitStack() as stack:  # the renames happen as the stack closes
+        for (frame, _), p in zip(tables, paths, strict=True):
+            if p.suffix.lower() == ".csv":
+                fh = stack.enter_context(atomic_write(p, "w"))
+                frame.to_csv(cast("IO[str]", fh), index=False, lineterminator="\n")
+            else:
+                fb = stack.enter_context(atomic_write(p, "wb"))
+                frame.to_parquet(cast("IO[bytes]", fb), index=False)
 
 
 def write_placement(placement: Placement, path: str | os.PathLike[str]) -> None:

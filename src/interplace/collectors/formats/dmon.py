@@ -40,6 +40,7 @@ midnight). Without, a sample round ends when a GPU id repeats and ``t_s`` = roun
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 
 import numpy as np
@@ -190,7 +191,7 @@ def parse(text: str, host: str = "localhost", *, interval_s: float = 1.0) -> pd.
                 unsupported.add(name)
                 continue
             number = parse_float(tok)
-            if number is None:
+            if number is None or not math.isfinite(number):  # dmon marks a gap '-', not nan
                 raise InputError(f"line {line_no}: {col} value {tok!r} is not a number")
             row_of.append(len(round_t) - 1)
             device.append(dev)
