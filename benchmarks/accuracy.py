@@ -459,7 +459,7 @@ def main() -> None:
         type=float,
         metavar="W",
         help="fit option: Hyper(direct_weight=W), a direct matrix completion averaged into "
-        "the unmeasured pairs of measured jobs (default: the library's, 0)",
+        "the unmeasured pairs of measured jobs (default: the library's, 0.25)",
     )
     ap.add_argument(
         "--lucid-splits",

@@ -900,15 +900,15 @@ def test_the_direct_completion_moves_only_the_warm_pairs(
 def test_a_fit_with_a_direct_weight_records_it_and_keeps_its_measured_pairs(
     warm_structure: tuple[InterferenceModel, CoLocationData],
 ) -> None:
-    # The weight enters the second stage only (the structure is the same fit) and moves no
-    # measured pair: each still follows its measurement as in the default fit.
+    # The weight (0.25 by default) enters the second stage only (the structure is the same
+    # fit) and moves no measured pair: each still follows its measurement as without it.
     _, train = warm_structure
     kw = {"seed": 0, "steps": 60, "min_steps": 60, "restarts": 1}
-    default = fit(train, **kw)  # type: ignore[arg-type]
-    direct = fit(train, hyper=Hyper(direct_weight=0.5), **kw)  # type: ignore[arg-type]
+    default = fit(train, hyper=Hyper(direct_weight=0.0), **kw)  # type: ignore[arg-type]
+    direct = fit(train, **kw)  # type: ignore[arg-type]
     assert "direct" not in default.info["completion"]
     assert direct.info["completion"]["direct"]["pairs"] > 0
-    assert direct.hyper.direct_weight == 0.5
+    assert direct.hyper.direct_weight == 0.25 == Hyper().direct_weight
     for name, (loc, scale) in default.posterior.items():
         assert torch.equal(loc, direct.posterior[name][0])
         assert torch.equal(scale, direct.posterior[name][1])

@@ -299,7 +299,7 @@ def add_rank_arg(p: argparse.ArgumentParser) -> None:
         metavar="W",
         help="average the speed predicted for each pair never measured together, of jobs "
         "measured as victim and as co-runner, with a matrix completion of the measured pairs' "
-        "speeds, weight W in [0, 1] (Hyper.direct_weight; default 0: the model's own)",
+        "speeds, weight W in [0, 1] (Hyper.direct_weight; default 0.25; 0: the model's own alone)",
     )
     p.add_argument(
         "--no-lift-ceilings",

@@ -81,7 +81,7 @@ the reported speed: ``docs/benchmarks.md``, "The counter kernel on the speed the
 reports".) Jobs added after the fit get the same from the kernel, rebuilt from the stored
 pairs (:func:`extended_pairs`).
 
-*A direct completion* (opt-in: ``Hyper.direct_weight``, default 0). An unmeasured pair
+*A direct completion* (``Hyper.direct_weight``, default 0.25; 0: none). An unmeasured pair
 whose victim was measured as a victim and whose co-runner as a co-runner (a *warm* pair) can
 have its reported speed averaged, as a cold pair's is with the kernel, with a matrix
 completion of the measured pairs' speeds themselves, with no structure under it: the
@@ -96,8 +96,8 @@ matrix-completion peer's algorithm (biases and soft-impute on the speeds
 ``info["completion"]["direct"]``: its rank, shrinkage and how many pairs it moved). The two
 predictions err differently, and an exact placement follows the largest misses; measured on
 Gavel V100's decision benchmark, ``docs/benchmarks.md``, "A direct matrix completion averaged
-into the unmeasured pairs". Measured pairs, cold pairs and jobs added after the fit are
-unchanged by it.
+into the unmeasured pairs" and "The direct completion by default". Measured pairs, cold
+pairs and jobs added after the fit are unchanged by it.
 
 *Offsets, not additions.* The effect does not enter the speed as a term: it sets a pressure
 offset :math:`c_{jk}`, which scales co-runner ``k``'s pressure on ``j`` by :math:`e^{c_{jk}}`

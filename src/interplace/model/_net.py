@@ -138,7 +138,7 @@ class Hyper:
     pair_scale_scale: float = 1.0
     measure_noise: float = 0.02
     cold_kernel_weight: float = 0.5
-    direct_weight: float = 0.0
+    direct_weight: float = 0.25
 
     def __post_init__(self) -> None:
         for name, value in self.__dict__.items():
