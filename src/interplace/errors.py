@@ -587,6 +587,21 @@ def check_input_file(path: str | os.PathLike[str]) -> Path:
     return p
 
 
+def check_input_dir(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a Path if it is a directory; otherwise an :class:`InputError` saying what
+    it is (:func:`check_input_file`'s twin).
+
+    >>> check_input_dir("/nonexistent/data")
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: no such directory: /nonexistent/data
+    """
+    p = Path(path)
+    if not p.is_dir():
+        raise InputError(f"not a directory: {p}" if p.exists() else f"no such directory: {p}")
+    return p
+
+
 def read_input(path: str | os.PathLike[str]) -> bytes:
     """The bytes of an input file, or an :class:`InputError` that says what is wrong with it.
 

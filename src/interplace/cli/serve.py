@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from interplace.cli._common import Subparsers, int_at_least, positive_number
-from interplace.errors import InputError, first_line
+from interplace.errors import InputError, check_input_dir, first_line
 
 if TYPE_CHECKING:
     from interplace.topology import Topology
@@ -34,9 +34,7 @@ def node_topologies(
     if topology is not None:
         return load(topology)
     assert node_dir is not None
-    d = Path(node_dir)
-    if not d.is_dir():
-        raise InputError(f"not a directory: {d}" if d.exists() else f"no such directory: {d}")
+    d = check_input_dir(node_dir)
     out: dict[str, Topology] = {}
     stems: dict[str, list[Path]] = {}
     for entry in sorted(d.iterdir()):

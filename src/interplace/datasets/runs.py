@@ -68,7 +68,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from interplace.errors import InputError, atomic_write, read_table
+from interplace.errors import InputError, atomic_write, check_input_dir, read_table
 
 __all__ = [
     "MODES",
@@ -470,9 +470,7 @@ def read_dir(directory: str | os.PathLike[str]) -> CoLocationData:
     >>> data.name, len(data.runs), data.samples
     ('toy', 1, None)
     """
-    d = Path(directory)
-    if not d.is_dir():
-        raise InputError(f"not a directory: {d}" if d.exists() else f"no such directory: {d}")
+    d = check_input_dir(directory)
     runs_path = _one_of(d, "runs")
     if runs_path is None:
         raise InputError(f"{d}: no runs.csv or runs.parquet")
