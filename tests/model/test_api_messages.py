@@ -3,22 +3,30 @@ InputError, not Python's, numpy's or torch's own errors (a model API audit's fin
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from interplace.datasets import CoLocationData
 from interplace.errors import InputError
 from interplace.model import (
     InterferenceModel,
     Query,
+    SpeedPosterior,
+    best_baseline,
+    co_runner_lists,
     cold_split,
+    colocated_rows,
     evaluate,
     fit,
     holdout_split,
+    row_queries,
+    score,
 )
 
 
@@ -41,6 +49,34 @@ from interplace.model import (
          "fit_kwargs: fit takes no argument 'bogus'"),
         (lambda m, d: Query("a", ("b",), shares=[("gpu_compute",)]),  # unhashable, accepted
          "shares must be a tuple"),
+        # The fiftieth session's API audit: each was a TypeError, an AttributeError, a KeyError
+        # or a ValueError; the empty and NaN tables scored as nan with numpy's warnings.
+        (lambda m, d: m.predict("job0", ["job1"], shares=[None]), "shares must be a sequence"),
+        (lambda m, d: m.predict("job0", ["job1"], shares=5), "shares must be a sequence"),
+        (lambda m, d: SpeedPosterior(torch.ones(3, 2), torch.ones(5, 4)), "differ in shape"),
+        (lambda m, d: SpeedPosterior(torch.ones(3), torch.ones(3)), r"must be an \(S, Q\)"),
+        (lambda m, d: SpeedPosterior(torch.full((2, 2), -1.0), torch.ones(2, 2)),
+         "negative or NaN"),
+        (lambda m, d: SpeedPosterior(torch.full((2, 2), float("nan")), torch.ones(2, 2)),
+         "negative or NaN"),
+        (lambda m, d: holdout_split("data"), "data must be a CoLocationData .*, not a str"),
+        (lambda m, d: cold_split(None), "data must be a CoLocationData .*, not a NoneType"),
+        (lambda m, d: colocated_rows("data"), "data must be a CoLocationData"),
+        (lambda m, d: best_baseline({}, 0.1), "no baseline has an MAE"),
+        (lambda m, d: score(m, holdout_split(d, seed=0)[1].iloc[:0]), "none to score"),
+        (lambda m, d: score(m, holdout_split(d, seed=0)[1].drop(columns="speed")),
+         r"lacks column\(s\) speed"),
+        (lambda m, d: score(m, holdout_split(d, seed=0)[1].assign(speed=np.nan)),
+         "speed\\(s\\) missing"),
+        (lambda m, d: score(m, [("job0", "job1", 0.5)]), "must be a pandas DataFrame"),
+        (lambda m, d: row_queries(pd.DataFrame({"job": ["job0"]})), r"lacks column\(s\) co_runner"),
+        (lambda m, d: co_runner_lists(pd.DataFrame({"job": ["job0"]})), "lacks column"),
+        (lambda m, d: dataclasses.replace(m, jobs="abcd"), "jobs must be a tuple of names"),
+        (lambda m, d: dataclasses.replace(m, resources=m.resources[:1] * 2),
+         "each named once"),
+        (lambda m, d: dataclasses.replace(m, hyper=None), "hyper must be a Hyper"),
+        (lambda m, d: dataclasses.replace(m, full_scale=(float("nan"),) * len(m.metrics)),
+         "full_scale must be a tuple of numbers > 0"),
     ],
 )
 def test_a_call_it_cannot_use_is_one_input_error(

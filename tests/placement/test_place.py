@@ -326,7 +326,7 @@ def test_measured_over_model(small_model: InterferenceModel) -> None:
     assert both.jobs == small_model.jobs and both.info == small_model.info
     p = place(builtin("pcie-8gpu"), both, [Job("1", a), Job("2", b)])
     assert not p.pending
-    with pytest.raises(InputError, match="lack column"):
+    with pytest.raises(InputError, match="lacks column"):
         MeasuredOverModel(small_model, pairs.drop(columns=["speed"]))
 
 

@@ -50,6 +50,7 @@ def colocated_rows(data: CoLocationData) -> pd.DataFrame:
     >>> colocated_rows(CoLocationData(runs, None, "toy")).values.tolist()
     [['p', 'x', 'y', 0.5, ('y',)], ['p', 'y', 'x', 0.75, ('x',)]]
     """
+    _check_data(data)
     runs = data.runs
     iso = data.isolated_throughput()
     rid = runs["run_id"].astype(str).tolist()
@@ -87,6 +88,7 @@ def co_runner_lists(
     >>> co_runner_lists(t, known={"a", "b", "c", "gemm+memcpy"})
     [('b', 'c'), ('gemm+memcpy',)]
     """
+    _check_rows(rows, (), "co-located rows")
     if "co_runners" in rows.columns:
         return [tuple(c) for c in rows["co_runners"]]
     names = set(known or ())
@@ -95,7 +97,27 @@ def co_runner_lists(
     ]
 
 
+def _check_data(data: object) -> None:
+    if not isinstance(data, CoLocationData):
+        raise InputError("data must be a CoLocationData (interplace.datasets loads one), not a "
+                         f"{type(data).__name__}")
+
+
+def _check_rows(rows: object, need: Sequence[str], what: str) -> pd.DataFrame:
+    """``rows`` if it is a table with the columns ``need`` (and ``co_runner`` or
+    ``co_runners``); otherwise an :class:`InputError` naming what is wrong."""
+    if not isinstance(rows, pd.DataFrame):
+        raise InputError(f"{what} must be a pandas DataFrame, not a {type(rows).__name__}")
+    missing = [c for c in need if c not in rows.columns]
+    if "co_runner" not in rows.columns and "co_runners" not in rows.columns:
+        missing.append("co_runner")
+    if missing:
+        raise InputError(f"{what} lacks column(s) {', '.join(missing)}")
+    return rows
+
+
 def _colocated_runs(data: CoLocationData) -> list[str]:
+    _check_data(data)
     size = data.run_sizes()
     return sorted(str(r) for r in size.index[size >= 2])
 
@@ -135,6 +157,7 @@ def cold_split(
     Their isolated runs and counters stay in training, so the model knows them only from
     running alone. Returns the training data, the held-out rows and the cold jobs.
     """
+    _check_data(data)
     if not is_int(cold_jobs, 1):
         raise InputError(f"cold jobs must be an integer >= 1, not {cold_jobs!r}")
     rows = colocated_rows(data)
@@ -292,6 +315,7 @@ def row_queries(
     (without a topology such a row is an :class:`InputError`, as in the fit). Rows all on one
     device are queried without ``shares`` (everything shared).
     """
+    _check_rows(rows, ("job",), "co-located rows")
     lists = co_runner_lists(rows, known)
     if "co_devices" not in rows.columns:
         return [Query(j, c) for j, c in zip(rows["job"], lists, strict=True)]
@@ -323,6 +347,11 @@ def best_baseline(base: dict[str, dict[str, Any]], mae: float) -> tuple[str, flo
     ('b', 0.5)
     """
     available = {k: v["mae"] for k, v in base.items() if v["mae"] is not None}
+    if not available:
+        raise InputError("no baseline has an MAE to compare with")
+    bad = [k for k, v in available.items() if not (is_real(v) and v >= 0)]
+    if bad:
+        raise InputError(f"baseline {bad[0]}'s MAE is {available[bad[0]]!r}, not a number >= 0")
     best = min(available, key=lambda k: available[k])
     return best, (mae / available[best] if available[best] > 0 else None)
 
@@ -340,13 +369,21 @@ def score(
     ``posterior`` (of :func:`row_queries` of ``test``) is used when given instead of drawing
     a new one; ``topology`` tells what co-runners on other devices share (:func:`row_queries`).
     """
+    _check_rows(test, ("job", "speed"), "test rows")
+    if len(test) == 0:
+        raise InputError("test rows: none to score")
+    y = pd.to_numeric(test["speed"], errors="coerce").to_numpy(dtype=float)
+    if not bool((np.isfinite(y) & (y >= 0)).all()):
+        raise InputError(
+            f"test rows: {int((~(np.isfinite(y) & (y >= 0))).sum())} speed(s) missing, not a "
+            "number, infinite or negative"
+        )
     post = posterior
     if post is None:
         queries = row_queries(test, model.jobs, topology=topology, resources=model.resources)
         post = model.posterior_speed(queries, seed=seed)
     if post.speed.shape[1] != len(test):
         raise InputError(f"posterior has {post.speed.shape[1]} queries for {len(test)} rows")
-    y = test["speed"].to_numpy(dtype=float)
     lo, hi = post.q05, post.q95
     return {
         "mae": float(np.mean(np.abs(post.mean - y))),

@@ -159,11 +159,38 @@ class SpeedPosterior:
     :math:`\beta_j`; free of measurement noise); ``measured``: ``(S, Q)`` draws of a new
     measurement of it (true speed times the fitted measurement noise). :attr:`mean` is the
     posterior mean of the true speed; the quantiles are of a new measurement, so a 90%
-    interval ``[q05, q95]`` should cover 90% of measured speeds.
+    interval ``[q05, q95]`` should cover 90% of measured speeds. Both must be ``(S, Q)`` tensors
+    (numpy arrays are taken as such) of finite speeds >= 0 (a custom speed source's answer is
+    checked here, before placement reads it).
+
+    >>> SpeedPosterior(torch.ones(4, 2), torch.ones(4, 3))
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: SpeedPosterior: speed (4, 2) and measured (4, 3) differ in shape
     """
 
     speed: torch.Tensor
     measured: torch.Tensor
+
+    def __post_init__(self) -> None:
+        for name in ("speed", "measured"):
+            value = getattr(self, name)
+            if isinstance(value, np.ndarray):
+                value = torch.from_numpy(value)
+                object.__setattr__(self, name, value)
+            if not isinstance(value, torch.Tensor):
+                raise InputError(f"SpeedPosterior: {name} must be a tensor, not a "
+                                 f"{type(value).__name__}")
+            if value.dim() != 2 or not value.is_floating_point():
+                raise InputError(f"SpeedPosterior: {name} must be an (S, Q) tensor of floats, "
+                                 f"not {value.dtype} of shape {tuple(value.shape)}")
+            if not bool((value >= 0).all()):  # NaN fails >= 0 too
+                raise InputError(f"SpeedPosterior: {name} holds a speed that is negative or NaN")
+            if bool(torch.isinf(value).any()):
+                raise InputError(f"SpeedPosterior: {name} holds an infinite speed")
+        if self.speed.shape != self.measured.shape:
+            raise InputError(f"SpeedPosterior: speed {tuple(self.speed.shape)} and measured "
+                             f"{tuple(self.measured.shape)} differ in shape")
 
     @property
     def mean(self) -> _FloatArray:
@@ -264,10 +291,21 @@ class InterferenceModel:
         return state
 
     def __post_init__(self) -> None:
+        for name in ("jobs", "resources", "metrics"):
+            value = getattr(self, name)
+            if not (isinstance(value, tuple) and all(isinstance(x, str) and x for x in value)):
+                raise InputError(f"a model's {name} must be a tuple of names, not {value!r}")
         if not self.jobs or len(set(self.jobs)) != len(self.jobs):
             raise InputError("a model needs distinct job names")
-        if not self.resources:
-            raise InputError("a model needs at least one resource")
+        if not self.resources or len(set(self.resources)) != len(self.resources):
+            raise InputError("a model needs at least one resource, each named once")
+        if not isinstance(self.hyper, Hyper):
+            raise InputError(f"a model's hyper must be a Hyper, not {self.hyper!r}")
+        if not (isinstance(self.full_scale, tuple)
+                and all(is_real(v) and v > 0 for v in self.full_scale)):
+            raise InputError(
+                f"a model's full_scale must be a tuple of numbers > 0, not {self.full_scale!r}"
+            )
         k = self.components
         if not is_int(k, 1):
             raise InputError(f"components must be an integer >= 1, not {k!r}")
@@ -563,9 +601,11 @@ class InterferenceModel:
                 raise InputError(f"{name} must be a sequence of names, not the string {value!r}")
         if not isinstance(co_runners, Iterable):
             raise InputError(f"co_runners must be a sequence of names, not {co_runners!r}")
-        if shares is not None and any(isinstance(s, str) for s in shares):
-            raise InputError("each shares entry must be a sequence of resource names, not a "
-                             "string")
+        if shares is not None and (not isinstance(shares, Iterable) or any(
+            isinstance(s, str | bytes) or not isinstance(s, Iterable) for s in shares
+        )):
+            raise InputError("shares must be a sequence (one per co-runner) of sequences of "
+                             f"resource names, not {shares!r}")
         q = Query(
             job,
             tuple(co_runners),

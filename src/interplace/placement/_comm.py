@@ -38,6 +38,7 @@ import itertools
 import math
 from collections.abc import Sequence
 
+from interplace.errors import InputError, is_real
 from interplace.topology import Topology
 
 __all__ = ["HOP_CLASS", "LATENCY_S_PER_HOP", "comm_factor", "comm_time", "edge_time"]
@@ -76,10 +77,24 @@ def comm_time(topology: Topology, gpus: Sequence[str]) -> float:
     """All-reduce time :math:`T(G)` of the cheapest ring through ``gpus`` (0 for one GPU).
 
     Up to 8 GPUs every ring order is tried (the first GPU fixed, mirror images skipped);
-    larger sets keep machine-contiguous natural order, which is what NCCL builds.
+    larger sets keep machine-contiguous natural order, which is what NCCL builds. ``gpus``
+    must be distinct GPU ids (a string is refused, not read as one id per character).
+
+    >>> from interplace.topology import builtin
+    >>> comm_time(builtin("dgx-a100"), ["0"])
+    0.0
+    >>> comm_time(builtin("dgx-a100"), ["0", "0"])
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: comm_time: GPU '0' given twice
     """
+    if isinstance(gpus, str):
+        raise InputError(f"comm_time: gpus must be a sequence of GPU ids, not the string {gpus!r}")
     g = list(gpus)
     n = len(g)
+    if len(set(g)) != n:
+        twice = next(x for x in g if g.count(x) > 1)
+        raise InputError(f"comm_time: GPU {twice!r} given twice")
     if n <= 1:
         return 0.0
     if n == 2:
@@ -110,8 +125,13 @@ def comm_time(topology: Topology, gpus: Sequence[str]) -> float:
 def comm_factor(topology: Topology, gpus: Sequence[str], share: float, *, best: float) -> float:
     """Speed factor :math:`f(G)` of a job spending ``share`` of its step communicating.
 
-    ``best`` is :math:`T^\\ast`, the all-reduce time on the best set of this size.
+    ``best`` is :math:`T^\\ast`, the all-reduce time on the best set of this size (>= 0);
+    ``share`` lies in ``[0, 1)``, as :class:`~interplace.placement.Job`'s ``comm_share``.
     """
+    if not (is_real(share) and 0 <= share < 1):
+        raise InputError(f"comm_factor: share must be in [0, 1), not {share!r}")
+    if not (is_real(best) and best >= 0):
+        raise InputError(f"comm_factor: best must be a finite time >= 0, not {best!r}")
     if len(gpus) <= 1 or share <= 0:
         return 1.0
     t = comm_time(topology, gpus)

@@ -7,13 +7,19 @@ import math
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import torch
 
-from interplace.errors import InputError
-from interplace.placement._problem import RISK_QUANTILE, Problem, SpeedCache, State
+from interplace.errors import InputError, is_int
+from interplace.placement._problem import (
+    RISK_QUANTILE,
+    Problem,
+    SpeedCache,
+    State,
+    check_arguments,
+)
 from interplace.placement._sources import SpeedSource
 from interplace.placement._types import ClusterState, Job, JobPlacement, Placement, Running
 from interplace.topology import Topology
@@ -125,7 +131,9 @@ def _place(
     reserved: Mapping[str, int] | None,
     start: float,
 ) -> Placement:
-    jobs = list(jobs)  # read twice below: an iterator would be spent by the first
+    # read twice below (a list: an iterator would be spent by the first)
+    jobs = check_arguments(topology, model, jobs, state, can_share=can_share,
+                           cross_gpu=cross_gpu, cache=cache, reserved=reserved)
     extended = with_counters(model, jobs, state)
     if extended is not model:
         model, cache = extended, None  # a new model: the cache answered for the old one
@@ -177,6 +185,9 @@ def score(
     ([0.5, 0.8], 1.3)
     """
     start = time.perf_counter()
+    check_arguments(topology, model, [], state, cache=cache)
+    if max_per_gpu is not None and not is_int(max_per_gpu, 1):
+        raise InputError(f"max_per_gpu must be an integer >= 1 or None, not {max_per_gpu!r}")
     running: list[Running] = list(state.running) if state is not None else []
     new: list[tuple[Job, tuple[str, ...]]] = []
     name = "score"
@@ -192,6 +203,10 @@ def score(
         for job, gpus in placement.items():
             if not isinstance(job, Job):
                 raise InputError(f"placement keys must be Job objects, not {type(job).__name__}")
+            if isinstance(gpus, str | bytes) or not isinstance(gpus, Iterable):
+                raise InputError(
+                    f"job {job.job_id}: GPUs must be a sequence of GPU ids, not {gpus!r}"
+                )
             new.append((job, tuple(str(g) for g in gpus)))
         pending = []
     else:
@@ -208,7 +223,7 @@ def score(
         model,
         [j for j, _ in new] + pending,
         ClusterState(tuple(running)),
-        max_per_gpu=max(limit, 1),
+        max_per_gpu=limit,
         objective=objective,
         num_samples=num_samples,
         seed=seed,

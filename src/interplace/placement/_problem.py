@@ -176,9 +176,13 @@ class SpeedCache:
     """
 
     def __init__(self, source: SpeedSource, *, num_samples: int = 128, seed: int = 0) -> None:
+        if not isinstance(source, SpeedSource):
+            raise InputError(f"SpeedCache needs a speed source, not a {type(source).__name__}")
+        if not is_int(num_samples, 1):
+            raise InputError(f"num_samples must be an integer >= 1, not {num_samples!r}")
         self.source = source
-        self.num_samples = int(num_samples)
-        self.seed = int(seed)
+        self.num_samples = num_samples
+        self.seed = check_seed(seed)
         self.memo: dict[Key, int] = {}
         self.gang_memo: dict[tuple[tuple[Key, ...], float], int] = {}
         self.vec: list[torch.Tensor] = []  # each (S,): draws of the true speed
@@ -220,6 +224,48 @@ class State:
         )
 
 
+def check_arguments(
+    topology: object, source: object, jobs: object, state: object = None, *,
+    can_share: object = None, cross_gpu: object = None, cache: object = None,
+    reserved: object = None,
+) -> list[Job]:
+    """The arguments :func:`~interplace.placement.place`, :func:`~interplace.placement.score`
+    and :class:`Problem` share, checked for their kinds (each wrong one an
+    :class:`InputError` naming it, before any is used); returns ``jobs`` as a list.
+
+    >>> from interplace.placement import MeasuredSpeeds
+    >>> check_arguments("pcie-8gpu", MeasuredSpeeds({("a", "a"): 1.0}), [])
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: topology must be a Topology (topology.builtin, load...), not a str
+    """
+    if not isinstance(topology, Topology):
+        raise InputError("topology must be a Topology (topology.builtin, load...), "
+                         f"not a {type(topology).__name__}")
+    if not isinstance(source, SpeedSource):
+        raise InputError("model must be a fitted model or another speed source (jobs and "
+                         f"posterior_speed), not a {type(source).__name__}")
+    if isinstance(jobs, Job | str | bytes) or not isinstance(jobs, Iterable):
+        raise InputError(f"jobs must be a sequence of Job objects, not a {type(jobs).__name__}")
+    out = list(jobs)
+    for j in out:
+        if not isinstance(j, Job):
+            raise InputError(f"jobs must be Job objects, not {type(j).__name__}")
+    if state is not None and not isinstance(state, ClusterState):
+        raise InputError(f"state must be a ClusterState or None, not a {type(state).__name__}")
+    if can_share is not None and not callable(can_share):
+        raise InputError(f"can_share must be a function of two job types or None, not "
+                         f"{can_share!r}")
+    if cross_gpu is not None and not isinstance(cross_gpu, bool):
+        raise InputError(f"cross_gpu must be True, False or None, not {cross_gpu!r}")
+    if cache is not None and not isinstance(cache, SpeedCache):
+        raise InputError(f"cache must be a SpeedCache or None, not a {type(cache).__name__}")
+    if reserved is not None and not isinstance(reserved, Mapping):
+        raise InputError("reserved must map GPU ids to slot counts, not a "
+                         f"{type(reserved).__name__}")
+    return out
+
+
 class Problem:
     """One placement problem: see the module docstring.
 
@@ -244,6 +290,8 @@ class Problem:
         min_gain: float | None = None,
         reserved: Mapping[str, int] | None = None,
     ) -> None:
+        jobs = check_arguments(topology, source, jobs, state, can_share=can_share,
+                               cross_gpu=cross_gpu, cache=cache, reserved=reserved)
         if not is_int(max_per_gpu, 1):
             raise InputError(f"max_per_gpu must be an integer >= 1, not {max_per_gpu!r}")
         if objective not in OBJECTIVES:
@@ -262,10 +310,6 @@ class Problem:
         self.num_samples = num_samples
         self.seed = check_seed(seed)
         state = state or ClusterState.empty()
-        jobs = list(jobs)
-        for j in jobs:
-            if not isinstance(j, Job):
-                raise InputError(f"jobs must be Job objects, not {type(j).__name__}")
         ids = [j.job_id for j in jobs]
         dup = sorted({x for x in ids if ids.count(x) > 1}) if len(set(ids)) != len(ids) else []
         if dup:

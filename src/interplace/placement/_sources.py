@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from interplace.errors import InputError, is_real
+from interplace.errors import InputError, is_int, is_real, plain_number
 from interplace.model import Query, SpeedPosterior
 
 __all__ = ["MeasuredOverModel", "MeasuredSpeeds", "SpeedSource"]
@@ -50,11 +50,14 @@ class MeasuredSpeeds:
     :class:`InputError` naming it, or takes ``default`` when one is given.
 
     ``forbidden`` holds the job-type pairs that cannot share a GPU (Gavel's out-of-memory
-    pairs); policies never co-locate them.
+    pairs); policies never co-locate them. Each pair may be given as a tuple, a list or a
+    set of one or two job types (one: two jobs of that type); it is kept as a frozenset.
 
     >>> m = MeasuredSpeeds({("a", "b"): 0.5, ("b", "a"): 0.8})
     >>> m.posterior_speed([Query("a", ("b",)), Query("b", ())], num_samples=2).mean.tolist()
     [0.5, 1.0]
+    >>> MeasuredSpeeds({("a", "b"): 0.5}, forbidden=[("a", "b")]).can_share("b", "a")
+    False
     """
 
     speed: Mapping[tuple[str, str], float]
@@ -65,15 +68,30 @@ class MeasuredSpeeds:
     """Co-runners on other GPUs never slow a job here (exact matching may rely on it)."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.speed, Mapping):
+            raise InputError(
+                "measured speeds must map (job, co_runner) pairs of job types to speeds, not a "
+                f"{type(self.speed).__name__}"
+            )
         names: set[str] = set()
-        for (a, b), v in self.speed.items():
-            if not (is_real(v) and v >= 0):
+        for key, v in self.speed.items():
+            if not (isinstance(key, tuple) and len(key) == 2
+                    and all(isinstance(x, str) and x for x in key)):
+                raise InputError(
+                    f"measured speed key {key!r} is not a (job, co_runner) pair of job types"
+                )
+            a, b = key
+            value = plain_number(v)
+            if not (is_real(value) and value >= 0):
                 raise InputError(f"measured speed of {a!r} next to {b!r} is {v!r}")
             names.update((a, b))
+        object.__setattr__(self, "forbidden", _forbidden_pairs(self.forbidden))
         for pair in self.forbidden:
             names.update(pair)
-        if self.default is not None and not (np.isfinite(self.default) and self.default >= 0):
+        d = plain_number(self.default)
+        if d is not None and not (is_real(d) and d >= 0):
             raise InputError(f"default speed must be finite and >= 0, not {self.default!r}")
+        object.__setattr__(self, "default", d)
         object.__setattr__(self, "_jobs", tuple(sorted(names)))
 
     @property
@@ -99,16 +117,14 @@ class MeasuredSpeeds:
 
         ``CoLocationData.pairs()`` is such a table.
         """
-        missing = [c for c in ("job", "co_runner", "speed") if c not in pairs.columns]
-        if missing:
-            raise InputError(f"pairs table lacks column(s) {', '.join(missing)}")
+        _check_pairs_table(pairs, "pairs table")
         mean = pairs.groupby(["job", "co_runner"], sort=True)["speed"].mean()
         speed = {
             (str(key[0]), str(key[1])): float(v)
             for key, v in mean.items()
             if isinstance(key, tuple)
         }
-        return cls(speed, frozenset(frozenset(p) for p in forbidden), default)
+        return cls(speed, _forbidden_pairs(forbidden), default)
 
     def can_share(self, a: str, b: str) -> bool:
         """Whether job types ``a`` and ``b`` may share a GPU."""
@@ -128,16 +144,53 @@ class MeasuredSpeeds:
     ) -> SpeedPosterior:
         """Measured speeds as ``(S, Q)`` constant draws (``seed`` is unused: no randomness)."""
         del seed
+        if not is_int(num_samples, 1):
+            raise InputError(f"num_samples must be an integer >= 1, not {num_samples!r}")
         values = []
         for q in queries:
+            if not isinstance(q, Query):
+                raise InputError(f"queries must be Query objects, not {type(q).__name__}")
             v = 1.0
             for k, c in enumerate(q.co_runners):
                 if q.shares is None or "gpu_compute" in q.shares[k]:
                     v *= self.pair_speed(q.job, c)
             values.append(v)
-        s = max(int(num_samples), 1)
-        t = torch.tensor(values, dtype=torch.float64).reshape(1, -1).expand(s, -1).clone()
+        t = torch.tensor(values, dtype=torch.float64).reshape(1, -1)
+        t = t.expand(num_samples, -1).clone()
         return SpeedPosterior(t, t)
+
+
+def _forbidden_pairs(pairs: object) -> frozenset[frozenset[str]]:
+    """``pairs`` (an iterable of tuples, lists or sets of one or two job types) as
+    frozensets; a string or anything else raises :class:`InputError`."""
+    if isinstance(pairs, str | bytes) or not isinstance(pairs, Iterable):
+        raise InputError(f"forbidden must be a collection of job-type pairs, not {pairs!r}")
+    out = set()
+    for pair in pairs:
+        names = frozenset(pair) if isinstance(pair, tuple | list | set | frozenset) else None
+        if names is None or not 1 <= len(names) <= 2 or not all(
+            isinstance(x, str) and x for x in names
+        ) or (isinstance(pair, tuple | list) and len(pair) != 2):
+            raise InputError(f"forbidden pair {pair!r} is not a pair of job types")
+        out.add(names)
+    return frozenset(out)
+
+
+def _check_pairs_table(pairs: object, what: str) -> None:
+    """Raise :class:`InputError` unless ``pairs`` is a table with ``job``, ``co_runner`` and
+    a numeric ``speed``, no value missing."""
+    if not isinstance(pairs, pd.DataFrame):
+        raise InputError(f"{what} must be a pandas DataFrame, not a {type(pairs).__name__}")
+    missing = [c for c in ("job", "co_runner", "speed") if c not in pairs.columns]
+    if missing:
+        raise InputError(f"{what} lacks column(s) {', '.join(missing)}")
+    for col in ("job", "co_runner"):
+        if pairs[col].isna().any():
+            raise InputError(f"{what}: {int(pairs[col].isna().sum())} row(s) without a {col}")
+    if len(pairs) and not pd.api.types.is_numeric_dtype(pairs["speed"]):
+        raise InputError(f"{what}: speed is not a numeric column")
+    if pairs["speed"].isna().any():
+        raise InputError(f"{what}: {int(pairs['speed'].isna().sum())} row(s) without a speed")
 
 
 class MeasuredOverModel:
@@ -171,9 +224,12 @@ class MeasuredOverModel:
     """A measured pair re-centred on its measurement may run faster than the job alone."""
 
     def __init__(self, model: SpeedSource, pairs: pd.DataFrame) -> None:
-        missing = [c for c in ("job", "co_runner", "speed") if c not in pairs.columns]
-        if missing:
-            raise InputError(f"measured pairs lack column(s) {', '.join(missing)}")
+        if not isinstance(model, SpeedSource):
+            raise InputError(
+                f"MeasuredOverModel needs a fitted model (a speed source), not a "
+                f"{type(model).__name__}"
+            )
+        _check_pairs_table(pairs, "measured pairs table")
         speed = pd.to_numeric(pairs["speed"], errors="coerce")
         if not bool((np.isfinite(speed) & (speed > 0)).all()):
             raise InputError("measured pair speeds must be finite and > 0")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +37,28 @@ def _check_name(value: object, what: str) -> str:
     if any(c in value for c in "\n\r\t"):
         raise InputError(f"{what} {value!r} holds a control character")
     return value
+
+
+def _plain_numbers(
+    obj: object, names: tuple[str, ...], who: str, rule: str, low: float | None = None
+) -> None:
+    """Set each field ``names`` of the frozen ``obj`` to the Python number it holds (numpy
+    numbers converted), refusing one that is no finite number (or is below ``low``), and
+    the two named ``*_q05``, ``*_q95`` out of order."""
+    for name in names:
+        v = plain_number(getattr(obj, name))
+        if not (is_real(v) and (low is None or v >= low)):
+            raise InputError(f"{who}{name} must be {rule}, not {getattr(obj, name)!r}")
+        object.__setattr__(obj, name, v)
+    lo, hi = (n for n in names if n.endswith(("_q05", "_q95")))
+    if getattr(obj, lo) > getattr(obj, hi):
+        raise InputError(f"{who}{lo} {getattr(obj, lo)!r} above {hi} {getattr(obj, hi)!r}")
+
+
+def _check_gpu_ids(gpus: tuple[object, ...], who: str) -> None:
+    for g in gpus:
+        if not isinstance(g, str) or not g:
+            raise InputError(f"{who}: GPU ids must be non-empty strings, not {g!r}")
 
 
 @dataclass(frozen=True)
@@ -105,6 +126,10 @@ class Job:
                         f"job {self.job_id}: counter {name} is a percentage, not {value!r}"
                     )
                 pairs.append((name, float(value)))
+            names = [name for name, _ in pairs]
+            twice = sorted({name for name in names if names.count(name) > 1})
+            if twice:
+                raise InputError(f"job {self.job_id}: counter {twice[0]} given twice")
             object.__setattr__(self, "counters", tuple(sorted(pairs)) or None)
         n = self.counter_samples
         if n is not None:
@@ -128,6 +153,7 @@ class Running:
             raise InputError(f"Running.job must be a Job, not {type(self.job).__name__}")
         if not isinstance(self.gpus, tuple) or not self.gpus:
             raise InputError(f"running job {self.job.job_id}: gpus must be a non-empty tuple")
+        _check_gpu_ids(self.gpus, f"running job {self.job.job_id}")
         if len(set(self.gpus)) != len(self.gpus):
             raise InputError(f"running job {self.job.job_id}: a GPU is listed twice")
         if len(self.gpus) != self.job.gpus:
@@ -190,12 +216,17 @@ class JobPlacement:
     running: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.job, Job):
+            raise InputError(f"JobPlacement.job must be a Job, not {type(self.job).__name__}")
+        if not isinstance(self.gpus, tuple):
+            raise InputError(f"job {self.job.job_id}: gpus must be a tuple of GPU ids")
+        _check_gpu_ids(self.gpus, f"job {self.job.job_id}")
         if len(self.gpus) != self.job.gpus:
             raise InputError(f"job {self.job.job_id}: placed on {len(self.gpus)} GPUs")
-        for name in ("speed_mean", "speed_q05", "speed_q95", "comm_factor"):
-            v = getattr(self, name)
-            if not math.isfinite(v) or v < 0:
-                raise InputError(f"job {self.job.job_id}: {name} must be finite and >= 0")
+        _plain_numbers(self, ("speed_mean", "speed_q05", "speed_q95", "comm_factor"),
+                       f"job {self.job.job_id}: ", "finite and >= 0", low=0.0)
+        if not isinstance(self.running, bool):
+            raise InputError(f"job {self.job.job_id}: running must be True or False")
 
 
 @dataclass(frozen=True)
@@ -221,12 +252,17 @@ class Placement:
     def __post_init__(self) -> None:
         if self.objective_name not in OBJECTIVES:
             raise InputError(f"unknown objective {self.objective_name!r}")
+        if not (isinstance(self.jobs, tuple) and all(isinstance(p, JobPlacement)
+                                                      for p in self.jobs)):
+            raise InputError("Placement.jobs must be a tuple of JobPlacement")
+        if not (isinstance(self.pending, tuple) and all(isinstance(j, Job)
+                                                         for j in self.pending)):
+            raise InputError("Placement.pending must be a tuple of Job")
         ids = [p.job.job_id for p in self.jobs] + [j.job_id for j in self.pending]
         if len(set(ids)) != len(ids):
             raise InputError("a job appears twice in a placement")
-        for name in ("objective", "objective_q05", "objective_q95"):
-            if not math.isfinite(getattr(self, name)):
-                raise InputError(f"placement {name} is not finite")
+        _plain_numbers(self, ("objective", "objective_q05", "objective_q95"), "placement ",
+                       "a finite number")
 
     def assignment(self) -> dict[str, tuple[str, ...]]:
         """``job_id -> GPU ids`` of every placed job, running ones included."""
