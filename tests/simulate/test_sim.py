@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -342,7 +343,7 @@ def test_a_scheduler_that_never_starts_a_job_is_named_even_with_ticks() -> None:
         def decide(self, queue: object, running: object, now: float) -> dict[str, tuple[str, ...]]:
             return {}
 
-    with pytest.raises(RuntimeError, match="no job can ever start: a"):
+    with pytest.raises(InputError, match="no job can ever start: a"):
         simulate([SimJob("a", 0.0, 1, 10.0, "A3C")], topo, truth, Idle(), interval_s=1.0)
 
 
@@ -354,6 +355,8 @@ def test_a_scheduler_that_never_starts_a_job_is_named_even_with_ticks() -> None:
         ({"a": ("0",)}, "needs 2 distinct GPUs"),
         ({"a": ("0", "99")}, "needs 2 distinct GPUs"),
         ([("a", ("0", "1"))], "decide must return a dict"),
+        ({"a": None}, "put job a on None: GPUs must be a tuple of GPU ids"),  # a TypeError
+        ({"a": 3}, "put job a on 3: GPUs must be a tuple of GPU ids"),
     ],
 )
 def test_a_scheduler_answer_that_cannot_run_is_refused(answer: object, message: str) -> None:
@@ -427,3 +430,260 @@ def test_far_arrivals_and_tiny_intervals() -> None:
     with pytest.raises(InputError, match="no job was simulated"):
         simulate([], topo, truth, sched).metrics()
 
+
+
+# Bad input, from an audit of the package: each was accepted (a wrong answer), or raised a
+# raw TypeError/ValueError/AttributeError/ZeroDivisionError/RuntimeError, or talked of the
+# CLI's --jobs from Python.
+
+
+def _toy_trace() -> object:
+    import pandas as pd
+
+    from interplace.datasets import JobTrace
+
+    return JobTrace(pd.DataFrame({"job_id": ["a", "b", "c"], "submit_s": [10.0, 20.0, 30.0],
+                                  "duration_s": [60.0, 30.0, 5.0], "gpus": [1.0, 1.0, 2.0]}),
+                    "toy")
+
+
+@pytest.mark.parametrize(
+    ("n_jobs", "kwargs", "message"),
+    [
+        (2.5, {}, "n_jobs must be an integer >= 1, not 2.5"),  # gave all 3 jobs
+        ("2", {}, "n_jobs must be an integer >= 1, not '2'"),
+        (0, {}, "n_jobs must be an integer >= 1, not 0"),  # was "--jobs must be >= 1"
+        (None, {}, "n_jobs must be an integer >= 1, not None"),
+        (2, {"max_gpus": 1.5}, "max_gpus must be an integer >= 1, not 1.5"),  # accepted
+        (2, {"max_gpus": 0}, "max_gpus must be an integer >= 1, not 0"),  # "1-0 GPUs"
+        (2, {"max_gpus": -1}, "max_gpus must be an integer >= 1, not -1"),  # "1--1 GPUs"
+        (2, {"load": "1"}, "load must be a positive number, not '1'"),
+        (2, {"load": True}, "load must be a positive number, not True"),
+    ],
+)
+def test_from_trace_refuses_bad_counts(n_jobs: object, kwargs: dict[str, object],
+                                       message: str) -> None:
+    from interplace.simulate import from_trace
+
+    with pytest.raises(InputError, match=f"^{re.escape(message)}$"):
+        from_trace(_toy_trace(), n_jobs, **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"^trace must be a JobTrace, not str$"):
+        from_trace("trace", 2)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        ((3, None), {}, "seed must be an integer in [0, 2**63), not None"),  # not reproducible
+        ((3, -1), {}, "seed must be an integer in [0, 2**63), not -1"),
+        ((3, 1.5), {}, "seed must be an integer in [0, 2**63), not 1.5"),
+        ((3, "0"), {}, "seed must be an integer in [0, 2**63), not '0'"),
+        ((2.5, 0), {}, "n_jobs must be an integer >= 1, not 2.5"),
+        (("3", 0), {}, "n_jobs must be an integer >= 1, not '3'"),
+        ((True, 0), {}, "n_jobs must be an integer >= 1, not True"),
+        ((0, 0), {}, "n_jobs must be an integer >= 1, not 0"),  # was "--jobs must be >= 1"
+        ((3, 0), {"rate_per_h": "60"}, "arrival rate must be a positive number, not '60'"),
+        ((3, 0), {"max_gpus": 0}, "max_gpus must be an integer >= 1, not 0"),
+    ],
+)
+def test_synthetic_refuses_bad_arguments(args: tuple[object, ...], kwargs: dict[str, object],
+                                         message: str) -> None:
+    from interplace.simulate import synthetic
+
+    with pytest.raises(InputError, match=f"^{re.escape(message)}$"):
+        synthetic(*args, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("jobs", "types", "seed", "kwargs", "message"),
+    [
+        (None, "ab", 0, {}, "types must be a list of job type names, not 'ab'"),  # 'a', 'b'
+        (None, [None], 0, {}, "types must be non-empty strings, not None"),
+        (None, [5], 0, {}, "types must be non-empty strings, not 5"),
+        (None, [""], 0, {}, "types must be non-empty strings, not ''"),
+        (None, ["a", "a"], 0, {}, "types names job type 'a' twice"),
+        (None, [], 0, {}, "no job types to assign (types is empty)"),
+        (None, ["a"], 0, {"multi_gpu_types": []},  # fell back to every type
+         "no job types to assign (multi_gpu_types is empty)"),
+        (None, ["a"], 0, {"multi_gpu_types": "ab"},
+         "multi_gpu_types must be a list of job type names, not 'ab'"),
+        (None, ["a"], -1, {}, "seed must be an integer in [0, 2**63), not -1"),
+        (None, ["a"], None, {}, "seed must be an integer in [0, 2**63), not None"),
+        (["x"], ["a"], 0, {}, "jobs must be SimJob objects, not str"),
+        ("one", ["a"], 0, {}, "jobs must be a list of SimJob, not str"),
+    ],
+)
+def test_assign_types_refuses_bad_arguments(jobs: object, types: object, seed: object,
+                                            kwargs: dict[str, object], message: str) -> None:
+    from interplace.simulate import assign_types
+
+    given = [SimJob("j0", 0.0, 2, 60.0), SimJob("j1", 1.0, 1, 60.0)] if jobs is None else jobs
+    with pytest.raises(InputError, match=f"^{re.escape(message)}$"):
+        assign_types(given, types, seed, **kwargs)  # type: ignore[arg-type]
+
+
+def test_synthetic_workloads_keep_to_max_gpus() -> None:
+    # run_workload drew synthetic jobs of 8 GPUs whatever max_gpus (the GPUs of the
+    # topology's machines) said. Below 8 only the GPU counts change; at 8 nothing does.
+    from interplace.simulate import assign_types, run_workload, synthetic
+    from interplace.simulate._run import SimConfig
+
+    truth = ground_truth("gavel-v100")
+    config = SimConfig(trace="synthetic", n_jobs=30, seed=1)
+    full = run_workload(config, truth, 8)
+    assert max(j.gpus for j in full) == 8
+    assert full == assign_types(synthetic(30, 1), truth.types, 1,
+                                multi_gpu_types=truth.multi_gpu_types)
+    for cap in (1, 2, 3, 4, 7):
+        jobs = run_workload(config, truth, cap)
+        assert max(j.gpus for j in jobs) <= cap, cap
+        assert [(j.job_id, j.arrival_s, j.work_s) for j in jobs] == [
+            (j.job_id, j.arrival_s, j.work_s) for j in full]
+        assert all(j.gpus == 1 for j, k in zip(jobs, full, strict=True) if k.gpus == 1)
+    assert {j.gpus for j in run_workload(config, truth, 1)} == {1}
+    for bad in (0, 1.5, "8"):
+        with pytest.raises(InputError, match=r"^max_gpus must be an integer >= 1, not "):
+            run_workload(config, truth, bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("max_events", [-1, 0, 1.5, "10", True])
+def test_simulate_refuses_a_bad_event_limit(max_events: object) -> None:
+    # -1, 0 and 1.5 ran, then raised RuntimeError "did not finish within -1 events"; "10"
+    # a TypeError.
+    truth = ground_truth("gavel-v100")
+    topo = builtin("dgx-a100")
+    sched = make_scheduler("fifo-exclusive", topo, None, truth)
+    with pytest.raises(InputError, match=r"^max_events must be an integer >= 1 or None, not "):
+        simulate([SimJob("a", 0.0, 1, 10.0, "A3C")], topo, truth, sched,
+                 max_events=max_events)  # type: ignore[arg-type]
+
+
+def test_simulate_refuses_bad_arguments() -> None:
+    from interplace.simulate import SimResult
+
+    truth = ground_truth("gavel-v100")
+    topo = builtin("dgx-a100")
+    sched = make_scheduler("fifo-exclusive", topo, None, truth)
+    jobs = [SimJob("a", 0.0, 1, 10.0, "A3C"), SimJob("b", 5.0, 1, 10.0, "A3C")]
+    assert len(simulate(jobs, topo, truth, sched, max_events=4).jobs) == 2
+    with pytest.raises(InputError, match=r"^the simulation did not finish within max_events=1 "):
+        simulate(jobs, topo, truth, sched, max_events=1)
+    with pytest.raises(InputError, match=r"^jobs must be a list of SimJob, not one SimJob"):
+        simulate(jobs[0], topo, truth, sched)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"^jobs must be a list of SimJob, not str$"):
+        simulate("ab", topo, truth, sched)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"^topology must be a Topology, not str$"):
+        simulate(jobs, "dgx-a100", truth, sched)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"^truth must be a GroundTruth, not str$"):
+        simulate(jobs, topo, "gavel-v100", sched)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"^scheduler must have a name"):
+        simulate(jobs, topo, truth, None)  # type: ignore[arg-type]
+    # a generator of jobs is as good as a list
+    assert len(simulate((j for j in jobs), topo, truth, sched).jobs) == 2
+    record = {"arrival_s": 0.0, "start_s": 0.0, "finish_s": 1.0, "colocated": False}
+    timeline = [(0.0, 0, 1, 1), (1.0, 0, 0, 0)]
+    assert SimResult("p", {"a": record}, timeline, 1, 0.0, []).metrics()["utilisation"] == 1.0
+    for n_gpus in (0, -1, 1.5):  # 0 was a ZeroDivisionError in metrics()
+        with pytest.raises(InputError, match=r"^n_gpus must be an integer >= 1, not "):
+            SimResult("p", {"a": record}, timeline, n_gpus, 0.0, [])  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"^job a: its record lacks start_s, finish_s$"):
+        SimResult("p", {"a": {"arrival_s": 0.0, "colocated": False}}, [], 1, 0.0, [])
+
+
+def test_schedulers_refuse_bad_settings() -> None:
+    # make_scheduler(max_per_gpu=0) was accepted, then simulate raised RuntimeError "no job
+    # can ever start"; "2" was a TypeError mid-simulation; num_samples=0 was accepted.
+    truth = ground_truth("gavel-v100")
+    topo = builtin("dgx-a100")
+    for name in ("oracle", "fifo-exclusive", "pack"):
+        for bad in (0, -1, "2", 1.5):
+            with pytest.raises(InputError, match=r"^max_per_gpu must be an integer >= 1, not "):
+                make_scheduler(name, topo, None, truth, max_per_gpu=bad)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"^seed must be an integer in \[0, 2\*\*63\), not -1"):
+        make_scheduler("oracle", topo, None, truth, seed=-1)
+    with pytest.raises(InputError, match=r"^topology must be a Topology, not str$"):
+        make_scheduler("oracle", "dgx-a100", None, truth)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"^truth must be a GroundTruth, not str$"):
+        make_scheduler("oracle", topo, None, "gavel-v100")  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"^measured must be a pandas DataFrame"):
+        make_scheduler("oracle", topo, None, truth, measured=[1])  # type: ignore[arg-type]
+    for kwargs, message in [
+        ({"num_samples": 0}, "num_samples must be an integer >= 1, not 0"),
+        ({"num_samples": 2.0}, "num_samples must be an integer >= 1, not 2.0"),
+        ({"max_per_gpu": 0}, "max_per_gpu must be an integer >= 1, not 0"),
+        ({"seed": None}, "seed must be an integer in [0, 2**63), not None"),
+    ]:
+        with pytest.raises(InputError, match=f"^{re.escape(message)}$"):
+            PlacementScheduler("x", topo, truth.speeds, "greedy", **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"seed": -1}, "seed must be an integer in [0, 2**63), not -1"),  # numpy ValueError
+        ({"seed": None}, "seed must be an integer in [0, 2**63), not None"),
+        ({"n_jobs": 2.5}, "n_jobs must be an integer >= 1, not 2.5"),  # TypeError
+        ({"n_jobs": 0}, "n_jobs must be an integer >= 1, not 0"),
+        ({"load": "1"}, "load must be a positive number, not '1'"),
+        ({"load": 0}, "load must be a positive number, not 0"),
+        ({"interval_s": -1}, "interval_s must be a finite number > 0 or None, not -1"),
+        # was "unknown policy 'o'": the string taken for its characters
+        ({"policies": "oracle"},
+         "policies must be a tuple of policy names, not the string 'oracle' (write ('oracle',))"),
+        ({"policies": ()}, "policies names no policy"),  # compared nothing
+        ({"policies": ("oracle", "oracle")}, "policies names 'oracle' twice"),  # one result
+        ({"policies": ("nope",)}, "unknown policy 'nope' (choose from fifo-exclusive, "),
+        ({"trace": None}, "trace must be a non-empty string, not None"),
+        ({"ground_truth": 5}, "ground_truth must be a non-empty string, not 5"),
+        ({"topology": None}, "topology must be a built-in name or a file's path, not None"),
+    ],
+)
+def test_sim_config_refuses_bad_settings(kwargs: dict[str, object], message: str) -> None:
+    from interplace.simulate._run import SimConfig
+
+    with pytest.raises(InputError, match=f"^{re.escape(message)}"):
+        SimConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_sim_config_keeps_good_settings() -> None:
+    from interplace.simulate import compare
+    from interplace.simulate._run import SimConfig
+
+    config = SimConfig(trace="synthetic", n_jobs=3, topology="dgx-a100", seed=2,
+                       policies=["oracle"])  # type: ignore[arg-type]
+    assert config.policies == ("oracle",)
+    assert set(compare(config)) == {"oracle"}
+    with pytest.raises(InputError, match=r"^config must be a SimConfig, not dict$"):
+        compare({"trace": "synthetic"})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("a", "0", 1, 60.0), "job a: arrival must be finite and >= 0, not '0'"),  # TypeError
+        (("a", None, 1, 60.0), "job a: arrival must be finite and >= 0, not None"),
+        (("a", True, 1, 60.0), "job a: arrival must be finite and >= 0, not True"),
+        (("a", 0.0, 1, "60"), "job a: work must be finite and > 0, not '60'"),
+        ((5, 0.0, 1, 60.0), "a job's id must be a string, not 5"),  # accepted
+        ((None, 0.0, 1, 60.0), "a job's id must be a string, not None"),
+        (("", 0.0, 1, 60.0), "a job needs an id"),
+        (("a", 0.0, 1, 60.0, 5), "job a: job type must be a string, not 5"),  # accepted
+        (("a", 0.0, 1.5, 60.0), "job a: gpus must be an integer >= 1, not 1.5"),
+    ],
+)
+def test_sim_job_checks_its_fields(args: tuple[object, ...], message: str) -> None:
+    with pytest.raises(InputError, match=f"^{re.escape(message)}$"):
+        SimJob(*args)  # type: ignore[arg-type]
+
+
+def test_sim_job_takes_numpy_numbers_as_before() -> None:
+    import numpy as np
+
+    job = SimJob("a", np.float32(1.5), 1, np.float64(60.0), "A3C")
+    assert job.arrival_s == 1.5 and job.work_s == 60.0
+
+
+def test_ground_truth_refuses_a_spec_that_is_no_string() -> None:
+    for spec in (5, None, ""):
+        with pytest.raises(InputError, match=r"^a ground truth is a name "):
+            ground_truth(spec)  # type: ignore[arg-type]

@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from interplace.errors import InputError
+from interplace.errors import InputError, is_int
 from interplace.placement import MeasuredOverModel, SpeedSource
 from interplace.simulate._sim import GroundTruth, PlacementScheduler
 from interplace.topology import Topology
@@ -62,10 +62,20 @@ def make_scheduler(
     """The scheduler called ``name`` (module docstring); ``measured``: the model's fit pairs.
 
     ``model`` may be None for the :data:`MODEL_FREE` policies (the measured speeds stand in
-    where they score a placement); the others need it.
+    where they score a placement); the others need it. ``max_per_gpu`` (an integer >= 1) is
+    every sharing policy's; ``fifo-exclusive`` runs one job a GPU whatever it is.
     """
     if name not in SIM_POLICIES:
         raise InputError(f"unknown policy {name!r} (choose from {', '.join(SIM_POLICIES)})")
+    if not isinstance(topology, Topology):
+        raise InputError(f"topology must be a Topology, not {type(topology).__name__}")
+    if not isinstance(truth, GroundTruth):
+        raise InputError(f"truth must be a GroundTruth, not {type(truth).__name__}")
+    if measured is not None and not isinstance(measured, pd.DataFrame):
+        raise InputError(f"measured must be a pandas DataFrame of measured pairs or None, not "
+                         f"{type(measured).__name__}")
+    if not is_int(max_per_gpu, 1):
+        raise InputError(f"max_per_gpu must be an integer >= 1, not {max_per_gpu!r}")
     if model is None:
         if name not in MODEL_FREE:
             raise InputError(f"policy {name!r} needs a fitted model")

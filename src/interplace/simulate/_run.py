@@ -5,18 +5,26 @@ plots."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from interplace._parallel import spawn_map
 from interplace._plot import plain_text
-from interplace.errors import InputError, atomic_write, prepare_output_dir
+from interplace.errors import (
+    InputError,
+    atomic_write,
+    check_seed,
+    is_real,
+    plain_number,
+    prepare_output_dir,
+)
 from interplace.simulate._policies import MODEL_FREE, SIM_POLICIES, make_scheduler
 from interplace.simulate._sim import GroundTruth, SimResult, ground_truth, simulate, truth_file
 from interplace.simulate._workload import (
     SimJob,
+    _check_count,
     assign_types,
     from_trace,
     packaged_philly,
@@ -67,7 +75,14 @@ def check_trace_format(trace_format: str) -> None:
 class SimConfig:
     """One simulation setting: trace (``"philly"``: the packaged excerpt, ``"synthetic"``, or
     a path with ``trace_format``, one of :data:`TRACE_FORMATS`), ground truth, topology spec,
-    jobs, load, seed, policies."""
+    jobs, load, seed, policies (a tuple of names of
+    :data:`~interplace.simulate._policies.SIM_POLICIES`, each once), ``interval_s``.
+
+    >>> SimConfig(policies="oracle")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: policies must be a tuple of policy names, not the string ...
+    """
 
     trace: str = "philly"
     ground_truth: str = "gavel-v100"
@@ -79,14 +94,54 @@ class SimConfig:
     trace_format: str = "philly"
     interval_s: float | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("trace", "ground_truth", "trace_format"):
+            value = getattr(self, name)
+            if not (isinstance(value, str) and value):
+                raise InputError(f"{name} must be a non-empty string, not {value!r}")
+        if not (isinstance(self.topology, str | os.PathLike) and str(self.topology)):
+            raise InputError(f"topology must be a built-in name or a file's path, not "
+                             f"{self.topology!r}")
+        _check_count("n_jobs", self.n_jobs)
+        if not (is_real(plain_number(self.load)) and self.load > 0):
+            raise InputError(f"load must be a positive number, not {self.load!r}")
+        check_seed(self.seed)
+        interval = self.interval_s
+        if interval is not None and not (is_real(interval) and interval > 0):
+            raise InputError(f"interval_s must be a finite number > 0 or None, not {interval!r}")
+        policies: object = self.policies
+        if isinstance(policies, str):
+            raise InputError(f"policies must be a tuple of policy names, not the string "
+                             f"{policies!r} (write ({policies!r},))")
+        if not isinstance(policies, Iterable):
+            raise InputError(f"policies must be a tuple of policy names, not {policies!r}")
+        policies = tuple(policies)
+        if not policies:
+            raise InputError("policies names no policy")
+        for p in policies:
+            if p not in SIM_POLICIES:
+                raise InputError(
+                    f"unknown policy {p!r} (choose from {', '.join(SIM_POLICIES)})")
+            if policies.count(p) > 1:
+                raise InputError(f"policies names {p!r} twice")
+        object.__setattr__(self, "policies", policies)
+
 
 def run_workload(config: SimConfig, truth: GroundTruth, max_gpus: int) -> list[SimJob]:
-    """The typed jobs of ``config`` (its trace, first ``n_jobs``, load, seeded types)."""
+    """The typed jobs of ``config`` (its trace, first ``n_jobs``, load, seeded types), each of
+    1 to ``max_gpus`` GPUs: a trace's first ``n_jobs`` of those, or synthetic jobs drawn
+    with no more (:func:`~interplace.simulate.synthetic`)."""
+    if not isinstance(config, SimConfig):
+        raise InputError(f"config must be a SimConfig, not {type(config).__name__}")
+    if not isinstance(truth, GroundTruth):
+        raise InputError(f"truth must be a GroundTruth, not {type(truth).__name__}")
+    _check_count("max_gpus", max_gpus)
     if config.trace not in ("synthetic", "philly"):
         check_trace_format(config.trace_format)
     if config.trace == "synthetic":
         # Synthetic: the load multiplies a base rate of 60 jobs an hour.
-        jobs = synthetic(config.n_jobs, config.seed, rate_per_h=60.0 * config.load)
+        jobs = synthetic(config.n_jobs, config.seed, rate_per_h=60.0 * config.load,
+                         max_gpus=max_gpus)
     else:
         if config.trace == "philly":
             trace = packaged_philly()
@@ -131,9 +186,8 @@ def compare(
     :data:`~interplace.simulate._policies.MODEL_FREE` policies alone fits none."""
     from interplace.topology import load
 
-    unknown = [p for p in config.policies if p not in SIM_POLICIES]
-    if unknown:
-        raise InputError(f"unknown policy {unknown[0]!r} (choose from {', '.join(SIM_POLICIES)})")
+    if not isinstance(config, SimConfig):
+        raise InputError(f"config must be a SimConfig, not {type(config).__name__}")
     if config.trace not in ("synthetic", "philly"):
         check_trace_format(config.trace_format)  # before the topology and truth are loaded
     topology: Topology = load(config.topology)

@@ -27,14 +27,14 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from interplace.errors import InputError, check_input_file, is_real
+from interplace.errors import InputError, check_input_file, check_seed, is_int, is_real
 from interplace.placement import (
     ClusterState,
     Job,
@@ -46,7 +46,7 @@ from interplace.placement import (
     score,
 )
 from interplace.placement._place import Policy
-from interplace.simulate._workload import SimJob
+from interplace.simulate._workload import SimJob, check_jobs
 from interplace.topology import Topology
 
 __all__ = [
@@ -63,6 +63,8 @@ _EPS = 1e-9
 MAX_TICKS = 10_000_000
 """Most scheduling rounds an ``interval_s`` may ask for over the jobs' span (arrivals plus
 every job's run, one after another): each is a scheduler call."""
+_RECORD_KEYS = ("arrival_s", "start_s", "finish_s", "colocated")
+"""What :meth:`SimResult.metrics` reads of each job's record."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,6 +95,9 @@ def truth_file(spec: str) -> Path | None:
     ...
     interplace.errors.InputError: unknown ground truth 'nope' (gavel-v100, ... or a runs file)
     """
+    if not (isinstance(spec, str) and spec):
+        raise InputError(f"a ground truth is a name (gavel-v100, gavel-p100, gavel-k80) or a "
+                         f"runs file's path, not {spec!r}")
     path = Path(spec)
     looks_like_path = bool(path.suffix) or "/" in spec or os.sep in spec
     if spec.startswith("gavel-") and not looks_like_path:
@@ -170,6 +175,12 @@ class PlacementScheduler:
     decision_s: list[float] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise InputError(f"a scheduler's name must be a string, not {self.name!r}")
+        for what, value in (("max_per_gpu", self.max_per_gpu), ("num_samples", self.num_samples)):
+            if not is_int(value, 1):
+                raise InputError(f"{what} must be an integer >= 1, not {value!r}")
+        check_seed(self.seed)
         if self.cache is None:
             self.cache = SpeedCache(self.source, num_samples=self.num_samples, seed=self.seed)
 
@@ -215,6 +226,19 @@ class SimResult:
     wall_s: float
     decision_s: list[float]
 
+    def __post_init__(self) -> None:
+        if not is_int(self.n_gpus, 1):
+            raise InputError(f"n_gpus must be an integer >= 1, not {self.n_gpus!r}")
+        if not isinstance(self.jobs, dict):
+            raise InputError(f"jobs must be a dict of job records, not {type(self.jobs).__name__}")
+        for job_id, rec in self.jobs.items():
+            if not isinstance(rec, dict):
+                raise InputError(f"job {job_id}: its record must be a dict, not "
+                                 f"{type(rec).__name__}")
+            lacks = [k for k in _RECORD_KEYS if k not in rec]
+            if lacks:
+                raise InputError(f"job {job_id}: its record lacks {', '.join(lacks)}")
+
     def jct(self) -> np.ndarray:
         """Job completion times (finish - arrival), in seconds."""
         return np.asarray([j["finish_s"] - j["arrival_s"] for j in self.jobs.values()])
@@ -256,13 +280,26 @@ def simulate(
 ) -> SimResult:
     """Run ``jobs`` through ``scheduler`` on ``topology`` with measured speeds (module doc).
 
-    ``interval_s``: a finite number > 0, or None. Raises :class:`InputError` where the jobs'
+    ``interval_s``: a finite number > 0, or None. ``max_events``: the most arrival and
+    completion events to run (an integer >= 1; None: 20 a job and 1,000 more); a simulation
+    that needs more is an :class:`InputError`. Raises :class:`InputError` where the jobs'
     arrivals span so long against the shortest job that float64 time cannot resolve it
     (2^40 of its run times: a load factor of 1e-30, say).
     """
     start_wall = time.perf_counter()
+    jobs = check_jobs(jobs)
+    if not isinstance(topology, Topology):
+        raise InputError(f"topology must be a Topology, not {type(topology).__name__}")
+    if not isinstance(truth, GroundTruth):
+        raise InputError(f"truth must be a GroundTruth, not {type(truth).__name__}")
+    if not (isinstance(getattr(scheduler, "name", None), str)
+            and callable(getattr(scheduler, "decide", None))):
+        raise InputError(f"scheduler must have a name (a string) and a decide method: "
+                         f"{type(scheduler).__name__} has not")
     if interval_s is not None and not (is_real(interval_s) and interval_s > 0):
         raise InputError(f"interval_s must be a finite number > 0 or None, not {interval_s!r}")
+    if max_events is not None and not is_int(max_events, 1):
+        raise InputError(f"max_events must be an integer >= 1 or None, not {max_events!r}")
     order = sorted(jobs, key=lambda j: (j.arrival_s, j.job_id))
     ids = [j.job_id for j in order]
     if len(set(ids)) != len(ids):
@@ -313,6 +350,9 @@ def simulate(
         if not tick:
             events += 1
             if events > limit:
+                if max_events is not None:
+                    raise InputError(f"the simulation did not finish within max_events="
+                                     f"{max_events} events (give more, or None)")
                 raise RuntimeError(f"simulation did not finish within {limit} events")
         dt = max(t_next - now, 0.0)
         for k in running:
@@ -369,9 +409,12 @@ def simulate(
                      time.perf_counter() - start_wall, decisions)
 
 
-def _never_starts(queue: Sequence[SimJob]) -> RuntimeError:
+def _never_starts(queue: Sequence[SimJob]) -> InputError:
+    """The scheduler starts none of ``queue`` with nothing left to change its mind: its
+    answer, or the cluster, is at fault (an :class:`InputError`, as the scheduler and the
+    jobs are what the caller gave)."""
     stuck = ", ".join(j.job_id for j in queue[:5])
-    return RuntimeError(f"no job can ever start: {stuck} (does the cluster fit them?)")
+    return InputError(f"no job can ever start: {stuck} (does the cluster fit them?)")
 
 
 def _check_decision(
@@ -387,6 +430,9 @@ def _check_decision(
         job = waiting.get(job_id)
         if job is None:
             raise InputError(f"scheduler {name} started job {job_id!r}, which is not waiting")
+        if isinstance(gpus, bytes) or not isinstance(gpus, Iterable):
+            raise InputError(f"scheduler {name} put job {job_id} on {gpus!r}: GPUs must be a "
+                             "tuple of GPU ids")
         gpus = tuple(gpus)
         if len(gpus) != job.gpus or len(set(gpus)) != len(gpus) or not set(gpus) <= gpu_ids:
             raise InputError(

@@ -13,8 +13,9 @@ scale-out throughput at that GPU count when the truth has such a table). Traces:
   without durations (:func:`~interplace.datasets.load_venus`: arrival counts only) yields no
   job; none is invented;
 - :func:`synthetic`: Poisson arrivals at ``rate`` jobs per hour; GPU counts 1, 2, 4, 8 with
-  probabilities 0.7, 0.1, 0.1, 0.1; durations log-normal with a median of 30 minutes and
-  :math:`\\sigma = 1` (so the mean is 49.5 minutes), clipped to [1 min, 24 h].
+  probabilities 0.7, 0.1, 0.1, 0.1 (those up to ``max_gpus``, in the same proportions, when it
+  is below 8); durations log-normal with a median of 30 minutes and :math:`\\sigma = 1` (so
+  the mean is 49.5 minutes), clipped to [1 min, 24 h].
 - :func:`packaged_philly`: a packaged excerpt of the Philly-derived trace (first 2,000 jobs of
   Chronus' ``trace_job_Philly_MIX1.csv``, MIT; ``interplace/data/philly/``).
 """
@@ -22,14 +23,14 @@ scale-out throughput at that GPU count when the truth has such a table). Traces:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from interplace.datasets import JobTrace
-from interplace.errors import InputError, is_int
+from interplace.errors import InputError, check_seed, is_int, is_real, plain_number
 
 __all__ = [
     "SimJob",
@@ -57,14 +58,66 @@ class SimJob:
     job_type: str = ""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.job_id, str):
+            raise InputError(f"a job's id must be a string, not {self.job_id!r}")
         if not self.job_id:
             raise InputError("a job needs an id")
-        if not (math.isfinite(self.arrival_s) and self.arrival_s >= 0):
-            raise InputError(f"job {self.job_id}: arrival must be finite and >= 0")
+        if not (is_real(plain_number(self.arrival_s)) and self.arrival_s >= 0):
+            raise InputError(f"job {self.job_id}: arrival must be finite and >= 0, "
+                             f"not {self.arrival_s!r}")
         if not is_int(self.gpus, 1):
-            raise InputError(f"job {self.job_id}: gpus must be an integer >= 1")
-        if not (math.isfinite(self.work_s) and self.work_s > 0):
-            raise InputError(f"job {self.job_id}: work must be finite and > 0")
+            raise InputError(f"job {self.job_id}: gpus must be an integer >= 1, "
+                             f"not {self.gpus!r}")
+        if not (is_real(plain_number(self.work_s)) and self.work_s > 0):
+            raise InputError(f"job {self.job_id}: work must be finite and > 0, "
+                             f"not {self.work_s!r}")
+        if not isinstance(self.job_type, str):
+            raise InputError(f"job {self.job_id}: job type must be a string, "
+                             f"not {self.job_type!r}")
+
+
+def check_jobs(jobs: object) -> list[SimJob]:
+    """``jobs`` as a list if it is an iterable of :class:`SimJob` (a list, a tuple, a
+    generator); a single job, a string or anything else is an
+    :class:`~interplace.errors.InputError`.
+
+    >>> check_jobs(SimJob("a", 0.0, 1, 60.0))
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: jobs must be a list of SimJob, not one SimJob (write [job])
+    """
+    if isinstance(jobs, SimJob):
+        raise InputError("jobs must be a list of SimJob, not one SimJob (write [job])")
+    if isinstance(jobs, str | bytes) or not isinstance(jobs, Iterable):
+        raise InputError(f"jobs must be a list of SimJob, not {type(jobs).__name__}")
+    out = list(jobs)
+    for job in out:
+        if not isinstance(job, SimJob):
+            raise InputError(f"jobs must be SimJob objects, not {type(job).__name__}")
+    return out
+
+
+def _check_count(name: str, value: object) -> None:
+    """Refuse ``value`` unless it is an integer >= 1 (``name`` is the argument's)."""
+    if not is_int(value, 1):
+        raise InputError(f"{name} must be an integer >= 1, not {value!r}")
+
+
+def _check_types(name: str, types: object) -> tuple[str, ...]:
+    """``types`` as a tuple if it is a non-empty sequence of distinct, non-empty strings
+    (``name`` is the argument's); a bare string is no list of types."""
+    if isinstance(types, str | bytes) or not isinstance(types, Iterable):
+        raise InputError(f"{name} must be a list of job type names, not {types!r}")
+    out = tuple(types)
+    if not out:
+        raise InputError(f"no job types to assign ({name} is empty)")
+    for t in out:
+        if not (isinstance(t, str) and t):
+            raise InputError(f"{name} must be non-empty strings, not {t!r}")
+    if len(set(out)) != len(out):
+        twice = next(t for t in out if out.count(t) > 1)
+        raise InputError(f"{name} names job type {twice!r} twice")
+    return out
 
 
 def from_trace(
@@ -89,9 +142,11 @@ def from_trace(
     ...
     interplace.errors.InputError: toy.csv: only 2 jobs with a duration and 1-8 GPUs, 3 asked for
     """
-    if n_jobs < 1:
-        raise InputError(f"--jobs must be >= 1, not {n_jobs}")
-    if not (math.isfinite(load) and load > 0):
+    if not isinstance(trace, JobTrace):
+        raise InputError(f"trace must be a JobTrace, not {type(trace).__name__}")
+    _check_count("n_jobs", n_jobs)
+    _check_count("max_gpus", max_gpus)
+    if not (is_real(plain_number(load)) and load > 0):
         raise InputError(f"load must be a positive number, not {load!r}")
     table = trace.jobs
     out: list[SimJob] = []
@@ -118,16 +173,30 @@ def from_trace(
     return out
 
 
-def synthetic(n_jobs: int, seed: int, *, rate_per_h: float = 60.0) -> list[SimJob]:
-    """``n_jobs`` jobs with Poisson arrivals (module docstring), untyped."""
-    if n_jobs < 1:
-        raise InputError(f"--jobs must be >= 1, not {n_jobs}")
-    if not (math.isfinite(rate_per_h) and rate_per_h > 0):
+def synthetic(
+    n_jobs: int, seed: int, *, rate_per_h: float = 60.0, max_gpus: int = 8
+) -> list[SimJob]:
+    """``n_jobs`` jobs with Poisson arrivals of 1 to ``max_gpus`` GPUs (module docstring),
+    untyped. Below 8, ``max_gpus`` changes only the GPU counts: the arrivals and the work are
+    those drawn with the same seed and 8.
+
+    >>> [j.gpus for j in synthetic(6, 0)], [j.gpus for j in synthetic(6, 0, max_gpus=2)]
+    ([1, 2, 1, 8, 4, 1], [1, 1, 1, 2, 1, 1])
+    """
+    _check_count("n_jobs", n_jobs)
+    check_seed(seed)
+    if not (is_real(plain_number(rate_per_h)) and rate_per_h > 0):
         raise InputError(f"arrival rate must be a positive number, not {rate_per_h!r}")
+    _check_count("max_gpus", max_gpus)
+    counts, p = [1, 2, 4, 8], [0.7, 0.1, 0.1, 0.1]
+    if max_gpus < 8:  # the same draws, each count up to max_gpus in the same proportions
+        keep = [k for k, g in enumerate(counts) if g <= max_gpus]
+        counts = [counts[k] for k in keep]
+        p = [p[k] / sum(p[k] for k in keep) for k in keep]
     rng = np.random.default_rng(seed)
     gaps = rng.exponential(3600.0 / rate_per_h, size=n_jobs)
     arrivals = np.cumsum(gaps) - gaps[0]
-    gpus = rng.choice([1, 2, 4, 8], size=n_jobs, p=[0.7, 0.1, 0.1, 0.1])
+    gpus = rng.choice(counts, size=n_jobs, p=p)
     work = np.clip(np.exp(rng.normal(math.log(1800.0), 1.0, size=n_jobs)), 60.0, 86400.0)
     return [
         SimJob(f"s{k}", float(arrivals[k]), int(gpus[k]), float(work[k])) for k in range(n_jobs)
@@ -148,11 +217,19 @@ def assign_types(
     *,
     multi_gpu_types: Sequence[str] | None = None,
 ) -> list[SimJob]:
-    """Each job gets a job type, uniformly and independently (seeded; module docstring)."""
-    if not types:
-        raise InputError("no job types to assign")
+    """Each job gets a job type, uniformly and independently (seeded; module docstring).
+
+    ``types``: the distinct job type names to draw from; ``multi_gpu_types``: those a
+    multi-GPU job draws from (None: ``types``).
+    """
+    jobs = check_jobs(jobs)
+    if types is None:
+        raise InputError("no job types to assign (types is None)")
+    types = _check_types("types", types)
+    check_seed(seed)
+    multi = list(types if multi_gpu_types is None
+                 else _check_types("multi_gpu_types", multi_gpu_types))
     rng = np.random.default_rng(seed)
-    multi = list(multi_gpu_types) if multi_gpu_types else list(types)
     out = []
     for job in jobs:
         pool = types if job.gpus == 1 else multi
