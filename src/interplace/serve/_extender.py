@@ -66,7 +66,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from interplace.errors import InputError, first_line
+from interplace.errors import InputError, check_seed, first_line, is_int, is_real
 from interplace.placement import (
     ClusterState,
     Job,
@@ -74,6 +74,7 @@ from interplace.placement import (
     SpeedCache,
     SpeedSource,
     place,
+    resolve_policy,
 )
 from interplace.serve._pods import ANNOTATION_GPUS, PodRequest, parse_pod
 from interplace.topology import Topology
@@ -119,6 +120,9 @@ ASSUME_TTL_S = 300.0
 
 _FINISHED = ("Succeeded", "Failed")
 
+WATCH_EVENTS = ("ADDED", "MODIFIED", "DELETED")
+"""The watch event types :meth:`Extender.observe` applies to the book."""
+
 
 def _other(a: str, b: str) -> bool:
     """Whether UIDs ``a`` and ``b`` name two different pods (an empty UID is not known)."""
@@ -131,6 +135,18 @@ def _newer(req: PodRequest, held: Booking, default: bool) -> bool:
     if req.created is not None and held.created is not None and req.created != held.created:
         return req.created > held.created
     return default
+
+
+def _check_callable(value: object, what: str) -> None:
+    if not callable(value):
+        raise InputError(f"{what} must be a function, not {type(value).__name__}")
+
+
+def _request(args: object, what: str) -> Mapping[str, Any]:
+    """``args`` if it is an object (a verb's JSON request), else an :class:`InputError`."""
+    if not isinstance(args, Mapping):
+        raise InputError(f"{what} must be an object, not {type(args).__name__}")
+    return args
 
 
 def _victim_pods(victims: Any, what: str) -> list[Mapping[str, Any]]:
@@ -187,6 +203,25 @@ class Booking:
     uid: str = ""
     assumed: float | None = None
     created: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("pod", "node"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise InputError(f"Booking.{name} must be a non-empty string, not {value!r}")
+        if not isinstance(self.gpus, tuple) or not all(isinstance(g, str) for g in self.gpus):
+            raise InputError(f"booking {self.pod}: gpus must be a tuple of GPU ids, not "
+                             f"{self.gpus!r}")
+        if self.job is not None and not isinstance(self.job, Job):
+            raise InputError(f"booking {self.pod}: job must be a Job or None, not "
+                             f"{type(self.job).__name__}")
+        if not isinstance(self.uid, str):
+            raise InputError(f"booking {self.pod}: uid must be a string, not {self.uid!r}")
+        for name in ("assumed", "created"):
+            value = getattr(self, name)
+            if value is not None and not is_real(value):
+                raise InputError(f"booking {self.pod}: {name} must be a finite number or "
+                                 f"None, not {value!r}")
 
 
 @dataclass
@@ -284,9 +319,25 @@ class Extender:
         assume_ttl_s: float = ASSUME_TTL_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if not (isinstance(assume_ttl_s, int | float) and math.isfinite(assume_ttl_s)
-                and assume_ttl_s > 0):
+        if not isinstance(model, SpeedSource):
+            raise InputError("model must be a speed source (a fitted InterferenceModel or "
+                             f"MeasuredSpeeds), not {type(model).__name__}")
+        _check_callable(topology_for, "topology_for")
+        resolve_policy(policy)  # an unknown name fails here, not as neutral scores later
+        if not is_int(max_per_gpu, 1):  # as place() words it
+            raise InputError(f"max_per_gpu must be an integer >= 1, not {max_per_gpu!r}")
+        if binder is not None:
+            _check_callable(binder, "binder")
+        if fetch_pod is not None:
+            _check_callable(fetch_pod, "fetch_pod")
+        if not (is_real(deadline_s) and deadline_s > 0):
+            raise InputError(f"deadline_s must be a finite number > 0, not {deadline_s!r}")
+        if not is_int(num_samples, 1):
+            raise InputError(f"num_samples must be an integer >= 1, not {num_samples!r}")
+        check_seed(seed)
+        if not (is_real(assume_ttl_s) and assume_ttl_s > 0):
             raise InputError(f"assume_ttl_s must be a positive number, not {assume_ttl_s!r}")
+        _check_callable(clock, "clock")
         self.model = model
         self.topology_for = topology_for
         self.policy = policy
@@ -445,6 +496,7 @@ class Extender:
     # ------------------------------------------------------------- verbs
     def filter(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """``ExtenderArgs`` -> ``ExtenderFilterResult`` (module docstring)."""
+        args = _request(args, "ExtenderArgs")
         pod = parse_pod(args.get("Pod"), strict=False)
         names, objects = self._nodes(args)
         passed, failed, hopeless = [], {}, {}
@@ -493,6 +545,10 @@ class Extender:
         scores are advisory and the bind re-checks capacity. ``deadline_s`` runs from
         ``arrived`` (a ``time.monotonic()`` reading when the request arrived; default: now),
         so a call that waited (for the book, for a worker thread) scores the less for it."""
+        args = _request(args, "ExtenderArgs")
+        if arrived is not None and not is_real(arrived):
+            raise InputError("arrived must be a time.monotonic() reading or None, not "
+                             f"{arrived!r}")
         start = time.monotonic() if arrived is None else arrived
         pod = parse_pod(args.get("Pod"), strict=False)
         names, _ = self._nodes(args)
@@ -546,6 +602,7 @@ class Extender:
         one is known to have gone (module docstring). Where the binder fails, the pod is
         read again: if it is bound to the node all the same (the reply was lost), the bind
         succeeds and keeps its booking; otherwise the booking is dropped."""
+        args = _request(args, "ExtenderBindingArgs")
         for k in ("PodName", "PodNamespace", "Node"):
             if not isinstance(args.get(k), str) or not args[k]:
                 raise InputError(f"ExtenderBindingArgs lacks {k}")
@@ -694,6 +751,7 @@ class Extender:
         a pod the book does not hold frees nothing here. A pod the extender cannot read, or
         one that asks for no GPUs, keeps every candidate.
         """
+        args = _request(args, "ExtenderPreemptionArgs")
         meta = args.get("NodeNameToMetaVictims")
         out: dict[str, Any] = {}
         keys: dict[str, set[str]] = {}  # per node: booking keys of victims sent in full
@@ -770,6 +828,10 @@ class Extender:
         list shows the pod finished, or a later pod of that name, or (where ``listed_at``,
         the :attr:`clock` reading when the list was asked for, is given and comes after the
         booking) no pod of that name or another one."""
+        if not isinstance(pods, Sequence) or isinstance(pods, str | bytes):
+            raise InputError(f"restore needs a list of pod objects, not {type(pods).__name__}")
+        if listed_at is not None and not is_real(listed_at):
+            raise InputError(f"listed_at must be a clock reading or None, not {listed_at!r}")
         with self.book.lock:
             self._expire()
             assumed = list(self.book.assumed.values())
@@ -817,7 +879,9 @@ class Extender:
         return replace(b, assumed=None) if req.node == b.node else None
 
     def observe(self, event_type: str, pod: Any) -> None:
-        """Apply one watch event (``ADDED``, ``MODIFIED``, ``DELETED``) to the book.
+        """Apply one watch event (``ADDED``, ``MODIFIED``, ``DELETED``) to the book; a
+        ``BOOKMARK`` (only a resourceVersion) changes nothing, and any other type raises
+        :class:`~interplace.errors.InputError` (the client raises an ``ERROR`` itself).
 
         Pods are read as :meth:`restore` reads them, but one that cannot be read at all
         raises :class:`~interplace.errors.InputError` (the watch logs it and goes on). An
@@ -826,6 +890,11 @@ class Extender:
         the booking only where it shows that pod bound, not terminating, and later than the
         booked one (module docstring); its deletion changes nothing. An event of a
         terminating pod the book does not hold books nothing."""
+        if event_type == "BOOKMARK":
+            return
+        if event_type not in WATCH_EVENTS:
+            raise InputError(f"unknown watch event type {event_type!r} (known: "
+                             f"{', '.join(WATCH_EVENTS)}, BOOKMARK)")
         req = parse_pod(pod, strict=False)
         with self.book.lock:
             held = self.book.pods.get(req.key)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from interplace.errors import InputError
+from interplace.errors import InputError, is_int, is_real
 
 __all__ = [
     "ANNOTATION_GPUS",
@@ -70,6 +70,48 @@ class PodRequest:
     problem: str | None = None
     created: float | None = None
     deleting: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("key", "namespace", "name"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise InputError(f"PodRequest.{name} must be a non-empty string, not {value!r}")
+        who = f"pod {self.key}"
+        for name in ("uid", "phase"):
+            if not isinstance(getattr(self, name), str):
+                raise InputError(f"{who}: {name} must be a string, not {getattr(self, name)!r}")
+        for name in ("job_type", "family", "node", "problem"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise InputError(f"{who}: {name} must be a non-empty string or None, not "
+                                 f"{value!r}")
+        if not is_int(self.gpus, 0):
+            raise InputError(f"{who}: gpus must be an integer >= 0, not {self.gpus!r}")
+        c = self.comm_share  # as a placement Job takes it
+        if c is not None and not (is_real(c) and 0 <= c < 1):
+            raise InputError(f"{who}: comm_share must be in [0, 1) or None, not {c!r}")
+        # Any number: placement judges the readings (parse_pod reads those of a pod without a
+        # job type, which the model never sees, unchecked).
+        if self.counters is not None and not (
+            isinstance(self.counters, tuple)
+            and all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str)
+                    and is_real(p[1], finite=False) for p in self.counters)
+        ):
+            raise InputError(f"{who}: counters must be a tuple of (metric, number) pairs, not "
+                             f"{self.counters!r}")
+        n = self.counter_samples
+        if n is not None and not is_int(n, 1):
+            raise InputError(f"{who}: counter_samples must be an integer >= 1, not {n!r}")
+        if not isinstance(self.assigned_gpus, tuple) or not all(
+            isinstance(g, str) and g for g in self.assigned_gpus
+        ):
+            raise InputError(f"{who}: assigned_gpus must be a tuple of GPU ids, not "
+                             f"{self.assigned_gpus!r}")
+        if self.created is not None and not is_real(self.created):
+            raise InputError(f"{who}: created must be a finite number or None, not "
+                             f"{self.created!r}")
+        if not isinstance(self.deleting, bool):
+            raise InputError(f"{who}: deleting must be True or False, not {self.deleting!r}")
 
 
 def _timestamp(value: Any) -> float | None:
