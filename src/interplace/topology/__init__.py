@@ -72,6 +72,8 @@ def detect_format(text: str) -> str:
     >>> detect_format("\\tGPU0\\tGPU1\\nGPU0\\t X \\tPHB\\n")
     'nvidia-smi'
     """
+    if not isinstance(text, str):
+        raise InputError(f"a topology document to sniff is text, not {type(text).__name__}")
     head = text.lstrip("\ufeff \t\r\n")[:4096]
     if head.startswith("<"):
         low = head.lower()
@@ -99,6 +101,8 @@ def load(spec: str | os.PathLike[str], format: str = "auto") -> Topology:
         raise InputError(
             f"unknown topology format {format!r} (formats: auto, {', '.join(FORMATS)})"
         )
+    if not isinstance(spec, str | os.PathLike):
+        raise InputError(f"a topology is a name or a path, got {spec!r}")
     if not str(spec).strip():  # Path("") is the working directory
         raise InputError("no topology given: the name or path is empty")
     path = _FsPath(spec)

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 import networkx as nx
 
 from interplace._sorting import natural_key
-from interplace.errors import InputError, is_real
+from interplace.errors import InputError, is_int, is_real
 from interplace.topology._units import DEFAULT_NIC_GBPS, DEFAULT_PCIE_GBPS, DEFAULT_SMP_GBPS
 
 __all__ = [
@@ -92,6 +92,11 @@ CONNECTION_ORDER: tuple[str, ...] = ("X", "NV#", "PIX", "PXB", "PHB", "NODE", "S
 
 _ROUTE_CACHE = 65_536
 
+#: Most machines in a cluster (:func:`cluster`, ``"NAME*N"``): a size typed by hand past it is
+#: a slip, and would hold the whole graph of that many machines in memory (4,096 DGX A100s
+#: are 32,768 GPUs and some 150,000 vertices).
+MAX_CLUSTER_MACHINES = 4096
+
 
 def _positive_bandwidth(value: float, what: str) -> float:
     if not (is_real(value) and value > 0):
@@ -118,10 +123,15 @@ class Gpu:
     machine: str = ""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.id, str):
+            raise InputError(f"GPU id must be a string, got {self.id!r}")
         if not self.id or any(c.isspace() for c in self.id) or "," in self.id:
             raise InputError(f"invalid GPU id {self.id!r}: non-empty, no spaces or commas")
-        if self.memory_bytes is not None and self.memory_bytes < 0:
-            raise InputError(f"GPU {self.id}: negative memory {self.memory_bytes}")
+        if self.memory_bytes is not None and not is_int(self.memory_bytes, 0):
+            raise InputError(f"GPU {self.id}: memory must be a non-negative integer of bytes, "
+                             f"got {self.memory_bytes!r}")
+        if self.numa is not None and not is_int(self.numa):
+            raise InputError(f"GPU {self.id}: NUMA node must be an integer, got {self.numa!r}")
 
 
 @dataclass(frozen=True)
@@ -136,8 +146,9 @@ class Link:
 
     def __post_init__(self) -> None:
         _positive_bandwidth(self.bandwidth, f"link {self.u}-{self.v}")
-        if self.links is not None and self.links <= 0:
-            raise InputError(f"link {self.u}-{self.v}: NVLink count must be positive")
+        if self.links is not None and not is_int(self.links, 1):
+            raise InputError(f"link {self.u}-{self.v}: NVLink count must be a positive integer, "
+                             f"got {self.links!r}")
 
 
 @dataclass(frozen=True)
@@ -215,6 +226,10 @@ class Topology:
     """
 
     def __init__(self, graph: nx.Graph, name: str = "topology", source: str = "") -> None:
+        if not isinstance(graph, nx.Graph):
+            raise InputError(
+                f"a topology is built from a networkx graph, not {type(graph).__name__}"
+            )
         g = nx.Graph(graph)
         self.name = name
         self.source = source
@@ -230,6 +245,8 @@ class Topology:
                     )
                 Gpu(id=gid, node=n)  # validates the id
                 self._gpu_node[gid] = n
+        if not self._gpu_node:
+            raise InputError(f"topology {name!r} has no GPU")
         self._gpu_ids = sorted(self._gpu_node, key=natural_key)
         self._parent, self._numa_of = self._pcie_forest(g)
         for gid, n in self._gpu_node.items():
@@ -285,7 +302,7 @@ class Topology:
                     raise InputError(f"PCIe links around {v} form a cycle or join two NUMA nodes")
                 parent[v] = u
                 numa_of[v] = root
-        if not nx.is_forest(pcie):
+        if pcie.number_of_nodes() and not nx.is_forest(pcie):  # no PCIe links: no forest to test
             raise InputError("PCIe links do not form a tree below each NUMA node")
         return parent, numa_of
 
@@ -589,7 +606,12 @@ class Topology:
         ...  if d.kind == "network"]
         [('network:network', ('n0:0', 'n1:0'))]
         """
-        ids = list(dict.fromkeys(gpus))
+        if isinstance(gpus, str):  # "01" would be GPUs "0" and "1"
+            raise InputError(f"domains: give a list of GPU ids, not the string {gpus!r}")
+        try:
+            ids = list(dict.fromkeys(gpus))
+        except TypeError:
+            raise InputError(f"domains: give a list of GPU ids, not {gpus!r}") from None
         users: dict[str, set[str]] = {}
         meta: dict[str, tuple[DomainKind, float | None]] = {}
         node_cache: dict[str, tuple[_Entry, ...]] = {}
@@ -700,9 +722,17 @@ class Topology:
 
     def relabel(self, mapping: Mapping[str, str]) -> Topology:
         """A copy with GPU ids renamed by ``mapping`` (ids not in it keep their name)."""
-        unknown = set(mapping) - set(self._gpu_ids)
+        if not isinstance(mapping, Mapping):
+            raise InputError(f"relabel: the renaming must be a mapping of old GPU id to new, "
+                             f"not {type(mapping).__name__}")
+        unknown = [g for g in mapping if g not in self._gpu_node]
         if unknown:
-            raise InputError(f"relabel: unknown GPU ids {sorted(unknown, key=natural_key)}")
+            shown = sorted(unknown, key=lambda g: natural_key(str(g)))
+            raise InputError(f"relabel: unknown GPU ids {shown}")
+        for old, new in mapping.items():
+            if not isinstance(new, str):
+                raise InputError(f"relabel: the new id of GPU {old!r} must be a string, "
+                                 f"got {new!r}")
         new_ids = [mapping.get(g, g) for g in self._gpu_ids]
         if len(set(new_ids)) != len(new_ids):
             raise InputError("relabel: two GPUs would get the same id")
@@ -789,6 +819,8 @@ class TopologyBuilder:
     def add_host_bridge(self, numa: str, key: str | None = None,
                         bandwidth: float | None = None, **attrs: Any) -> str:
         """A PCIe host bridge (root complex) on ``numa``; ``bandwidth`` of its link to the CPU."""
+        if not isinstance(numa, str) or self.graph.nodes.get(numa, {}).get("kind") != NodeKind.NUMA:
+            raise InputError(f"a host bridge cannot hang below {numa!r}: not a NUMA node here")
         k = key if key is not None else f"{self.graph.nodes[numa]['index']}.{next(self._counter)}"
         n = self._add(f"{self.prefix}hb:{k}", NodeKind.HOST_BRIDGE, **attrs)
         self._attach(n, numa, bandwidth)
@@ -828,8 +860,10 @@ class TopologyBuilder:
     def add_nvlink(self, a: str, b: str, links: int, link_bandwidth: float = 25.0) -> None:
         """``links`` bonded NVLinks between two GPU vertices, or a GPU and the NVSwitch fabric
         (at most :data:`MAX_NVLINKS` on one such edge, added up where given twice)."""
-        if links <= 0:
-            raise InputError(f"NVLink {a}-{b}: link count must be positive, got {links}")
+        if not is_int(links, 1):
+            raise InputError(
+                f"NVLink {a}-{b}: link count must be a positive integer, got {links!r}"
+            )
         total = links + int(self.graph.edges[a, b].get("links", 0) if self.graph.has_edge(a, b)
                             else 0)
         if total > MAX_NVLINKS:
@@ -863,15 +897,21 @@ def cluster(machine: Topology, n: int, name: str | None = None) -> Topology:
     """``n`` copies of a one-machine topology on one network switch (GPU ids ``"n<k>:<i>"``).
 
     Every NIC joins the network at its ``speed`` (GB/s). A machine without a NIC cannot be
-    part of a cluster.
+    part of a cluster. ``n`` is an integer from 1 to :data:`MAX_CLUSTER_MACHINES`.
 
     >>> from interplace.topology import builtin
     >>> c = cluster(builtin("pcie-8gpu"), 2)
     >>> c.gpus()[7:9], c.connection("n0:0", "n1:0")
     (['n0:7', 'n1:0'], 'NET')
     """
+    if not isinstance(machine, Topology):
+        raise InputError(f"a cluster is built from a Topology, not {type(machine).__name__}")
+    if not is_int(n):
+        raise InputError(f"cluster size must be an integer, got {n!r}")
     if n < 1:
         raise InputError(f"a cluster needs at least one machine, got {n}")
+    if n > MAX_CLUSTER_MACHINES:
+        raise InputError(f"cluster size must be between 1 and {MAX_CLUSTER_MACHINES}, got {n}")
     if len(machine.machines()) != 1 or machine.machines()[0] != "":
         raise InputError(f"{machine.name!r} is already a cluster; build clusters from one machine")
     if not machine.nics():

@@ -17,10 +17,9 @@ xGMI), and 25 GB/s (200 Gb/s) for a NIC.
 
 from __future__ import annotations
 
-import math
 import re
 
-from interplace.errors import InputError
+from interplace.errors import InputError, is_int, is_real
 
 __all__ = [
     "DEFAULT_NIC_GBPS",
@@ -43,8 +42,9 @@ def pcie_gbps(gts: float, width: int) -> float:
     >>> pcie_gbps(2.5, 1)
     0.25
     """
-    if not (math.isfinite(gts) and gts > 0) or width <= 0:
-        raise InputError(f"invalid PCIe link: {gts} GT/s x{width}")
+    if not (is_real(gts) and gts > 0 and is_int(width, 1)):
+        raise InputError(f"invalid PCIe link: {gts!r} GT/s x{width!r} (a positive finite rate, "
+                         f"a positive integer width)")
     if gts <= 5.0:
         efficiency = 8 / 10
     elif gts <= 32.0:

@@ -36,7 +36,7 @@ import re
 from collections.abc import Callable
 
 from interplace.errors import InputError
-from interplace.topology._graph import Topology, TopologyBuilder, cluster
+from interplace.topology._graph import MAX_CLUSTER_MACHINES, Topology, TopologyBuilder, cluster
 from interplace.topology._units import pcie_gbps
 
 __all__ = ["BUILTINS", "builtin", "builtin_names"]
@@ -178,6 +178,8 @@ def builtin(spec: str) -> Topology:
     ...
     interplace.errors.InputError: unknown built-in topology 'nope' (built-ins: ...)
     """
+    if not isinstance(spec, str):
+        raise InputError(f"a built-in topology is named by a string, got {spec!r}")
     m = _CLUSTER.match(spec.strip())
     name = (m.group("name") if m else spec.strip()).lower()  # DGX-A100 is dgx-a100
     if name not in BUILTINS:
@@ -187,7 +189,10 @@ def builtin(spec: str) -> Topology:
     machine = BUILTINS[name]()
     if m is None:
         return machine
-    n = int(m.group("n"))
-    if not 1 <= n <= 4096:
-        raise InputError(f"cluster size must be between 1 and 4096, got {n}")
+    digits = m.group("n")
+    # int() refuses 4,300 digits and more: a size that long is out of range anyway
+    n = int(digits) if len(digits.lstrip("0")) <= len(str(MAX_CLUSTER_MACHINES)) else -1
+    if not 1 <= n <= MAX_CLUSTER_MACHINES:  # as cluster() checks, before building the copies
+        shown = str(n) if n >= 0 else f"{digits.lstrip('0')[:20]}..."
+        raise InputError(f"cluster size must be between 1 and {MAX_CLUSTER_MACHINES}, got {shown}")
     return cluster(machine, n, name=f"{name}*{n}")
