@@ -27,6 +27,22 @@ def save_json(results: Any, out: str | Path, indent: int = 1) -> str:
     return text
 
 
+def split_rows(path: Path, producer: str) -> list[dict[str, Any]]:
+    """The ``splits`` rows (a non-empty list of objects) of the benchmark JSON at ``path``;
+    exits with a one-line error on a file that is missing, not JSON, or has no such rows
+    (``producer`` names the script whose JSON to give)."""
+    from interplace.errors import InputError, read_json
+
+    try:
+        data = read_json(path, "benchmark results")
+    except InputError as e:
+        sys.exit(str(e))
+    rows = data.get("splits") if isinstance(data, dict) else None
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
+        sys.exit(f"{path}: no 'splits' rows (give the JSON of {producer})")
+    return rows
+
+
 def report(rows: list[Any], summary: Any, out: str | Path | None, *, rows_key: str = "rows",
            summary_key: str = "summary") -> dict[str, Any]:
     """The end of a benchmark run: each row printed as a JSON line, then ``{rows_key: rows,

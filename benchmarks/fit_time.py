@@ -142,6 +142,7 @@ def main() -> None:
             "ratios": ratios,
         }
     results["summary"] = summary
+    results["command"] = " ".join(sys.argv)
     if args.out:
         save_json(results, args.out, indent=2)
     print(json.dumps(results, indent=2))

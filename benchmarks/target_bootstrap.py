@@ -32,23 +32,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _results import report
-
-from interplace.errors import InputError, read_json
+from _results import report, split_rows
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
     """The per-seed rows of ``path`` (its ``splits`` list); exits with a one-line error on a
     file that is missing, not JSON, or has no such rows."""
-    try:
-        data = read_json(path, "benchmark results")
-    except InputError as e:
-        sys.exit(str(e))
-    rows = data.get("splits") if isinstance(data, dict) else None
-    if not isinstance(rows, list) or not rows:
-        sys.exit(f"{path}: no 'splits' rows (give the JSON of benchmarks/blend_bound.py)")
+    rows = split_rows(path, "benchmarks/blend_bound.py")
     for r in rows:
-        mae = r.get("mae") if isinstance(r, dict) else None
+        mae = r.get("mae")
         if not isinstance(mae, dict) or "model" not in mae or len(mae) < 2 or "seed" not in r:
             sys.exit(f"{path}: a row without 'seed' or a 'mae' of the model and its peers")
         bad = [k for k, v in mae.items() if not (isinstance(v, (int, float)) and v > 0
