@@ -264,20 +264,22 @@ def fit_counter_kernel(
             parts.append((np.flatnonzero(train), np.flatnonzero(test)))
     best, best_err = GRID[0], math.inf
     lengths = sorted({g[0] for g in GRID})
+    # Each fold's blocks of the shared-jobs counts once (no length scale in them), and of the
+    # smooth part's correlations once per length scale; the grid's spreads only rescale them.
+    same_blocks = [(same[np.ix_(tr, tr)], same[np.ix_(te, tr)]) for tr, te in parts]
     for length in lengths:
-        # The smooth part's correlations once per length scale, cut to each fold's blocks
-        # once; the grid's spreads only rescale them.
         smooth = np.exp(-0.5 * dist / length**2)
         blocks = [
-            (smooth[np.ix_(tr, tr)], same[np.ix_(tr, tr)], smooth[np.ix_(te, tr)],
-             same[np.ix_(te, tr)], tr, te)
-            for tr, te in parts
+            (smooth[np.ix_(tr, tr)], s_tr, smooth[np.ix_(te, tr)], s_te, tr, te)
+            for (tr, te), (s_tr, s_te) in zip(parts, same_blocks, strict=True)
         ]
+        del smooth
         for scale, level in [(g[1], g[2]) for g in GRID if g[0] == length]:
             err, count = 0.0, 0
             for e_tr, s_tr, e_te, s_te, tr, te in blocks:
                 mean = float(yy[tr].mean())
-                gram = scale**2 * e_tr + level**2 * s_tr
+                gram = scale**2 * e_tr  # the same sum as scale**2 * e_tr + level**2 * s_tr,
+                gram += level**2 * s_tr  # without a third (C, C) array
                 gram[np.diag_indices_from(gram)] += NOISE**2 / nn[tr]
                 alpha = _solve_pd(gram, yy[tr] - mean)
                 pred = mean + (scale**2 * e_te + level**2 * s_te) @ alpha
