@@ -201,10 +201,14 @@ def check_table_path(path: str | os.PathLike[str]) -> Path:
     ...
     interplace.errors.InputError: p.txt: unknown output file type '.txt' (use .csv or .parquet)
     """
-    p = Path(path)
+    return check_output_file(_known_suffix(Path(path)))
+
+
+def _known_suffix(p: Path) -> Path:
+    """``p`` if its suffix names a table type :func:`write_tables` writes."""
     if p.suffix.lower() not in _SUFFIXES:
         raise InputError(f"{p}: unknown output file type {p.suffix!r} (use .csv or .parquet)")
-    return check_output_file(p)
+    return p
 
 
 def write_table(frame: pd.DataFrame, path: str | os.PathLike[str]) -> None:
@@ -227,10 +231,7 @@ def write_tables(tables: Sequence[tuple[pd.DataFrame, str | os.PathLike[str]]]) 
     >>> sorted(p.name for p in d.iterdir())
     []
     """
-    paths = [Path(path) for _, path in tables]
-    for p in paths:
-        if p.suffix.lower() not in _SUFFIXES:
-            raise InputError(f"{p}: unknown output file type {p.suffix!r} (use .csv or .parquet)")
+    paths = [_known_suffix(Path(path)) for _, path in tables]
     with contextlib.ExitStack() as stack:  # the renames happen as the stack closes
         for (frame, _), p in zip(tables, paths, strict=True):
             if p.suffix.lower() == ".csv":
