@@ -95,6 +95,22 @@ SEED_LIMIT = 2**63
 (torch's takes less than 2^64; a model's predictions also seed with ``seed + 2``)."""
 
 
+def check_count(value: object, what: str) -> int:
+    """``value`` if it is an integer >= 1 (a count: draws, slots, jobs); otherwise an
+    :class:`InputError` naming it as ``what``.
+
+    >>> check_count(3, "num_samples")
+    3
+    >>> check_count(0, "num_samples")
+    Traceback (most recent call last):
+    ...
+    interplace.errors.InputError: num_samples must be an integer >= 1, not 0
+    """
+    if is_int(value, 1):
+        return value
+    raise InputError(f"{what} must be an integer >= 1, not {value!r}")
+
+
 def check_seed(seed: object) -> int:
     """``seed`` if it is an integer in ``[0, 2^63)``; otherwise an :class:`InputError`.
 

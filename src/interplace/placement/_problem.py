@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from interplace.errors import InputError, check_seed, is_int, is_real
+from interplace.errors import InputError, check_count, check_seed, is_int, is_real
 from interplace.model import DOMAIN_RESOURCES, Query, shared_resources
 from interplace.placement._comm import comm_time
 from interplace.placement._sources import SpeedSource
@@ -178,8 +178,7 @@ class SpeedCache:
     def __init__(self, source: SpeedSource, *, num_samples: int = 128, seed: int = 0) -> None:
         if not isinstance(source, SpeedSource):
             raise InputError(f"SpeedCache needs a speed source, not a {type(source).__name__}")
-        if not is_int(num_samples, 1):
-            raise InputError(f"num_samples must be an integer >= 1, not {num_samples!r}")
+        check_count(num_samples, "num_samples")
         self.source = source
         self.num_samples = num_samples
         self.seed = check_seed(seed)
@@ -292,14 +291,12 @@ class Problem:
     ) -> None:
         jobs = check_arguments(topology, source, jobs, state, can_share=can_share,
                                cross_gpu=cross_gpu, cache=cache, reserved=reserved)
-        if not is_int(max_per_gpu, 1):
-            raise InputError(f"max_per_gpu must be an integer >= 1, not {max_per_gpu!r}")
+        check_count(max_per_gpu, "max_per_gpu")
         if objective not in OBJECTIVES:
             raise InputError(
                 f"unknown objective {objective!r} (choose from {', '.join(OBJECTIVES)})"
             )
-        if not is_int(num_samples, 1):
-            raise InputError(f"num_samples must be an integer >= 1, not {num_samples!r}")
+        check_count(num_samples, "num_samples")
         self.topology = topology
         self.source = source
         if min_gain is not None and not is_real(min_gain):

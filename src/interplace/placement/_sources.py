@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from interplace.errors import InputError, is_int, is_real, plain_number
+from interplace.errors import InputError, check_count, is_real, plain_number
 from interplace.model import Query, SpeedPosterior
 
 __all__ = ["MeasuredOverModel", "MeasuredSpeeds", "SpeedSource"]
@@ -144,8 +144,7 @@ class MeasuredSpeeds:
     ) -> SpeedPosterior:
         """Measured speeds as ``(S, Q)`` constant draws (``seed`` is unused: no randomness)."""
         del seed
-        if not is_int(num_samples, 1):
-            raise InputError(f"num_samples must be an integer >= 1, not {num_samples!r}")
+        check_count(num_samples, "num_samples")
         values = []
         for q in queries:
             if not isinstance(q, Query):

@@ -66,7 +66,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from interplace.errors import InputError, check_seed, first_line, is_int, is_real
+from interplace.errors import InputError, check_count, check_seed, first_line, is_real
 from interplace.placement import (
     ClusterState,
     Job,
@@ -324,16 +324,14 @@ class Extender:
                              f"MeasuredSpeeds), not {type(model).__name__}")
         _check_callable(topology_for, "topology_for")
         resolve_policy(policy)  # an unknown name fails here, not as neutral scores later
-        if not is_int(max_per_gpu, 1):  # as place() words it
-            raise InputError(f"max_per_gpu must be an integer >= 1, not {max_per_gpu!r}")
+        check_count(max_per_gpu, "max_per_gpu")
         if binder is not None:
             _check_callable(binder, "binder")
         if fetch_pod is not None:
             _check_callable(fetch_pod, "fetch_pod")
         if not (is_real(deadline_s) and deadline_s > 0):
             raise InputError(f"deadline_s must be a finite number > 0, not {deadline_s!r}")
-        if not is_int(num_samples, 1):
-            raise InputError(f"num_samples must be an integer >= 1, not {num_samples!r}")
+        check_count(num_samples, "num_samples")
         check_seed(seed)
         if not (is_real(assume_ttl_s) and assume_ttl_s > 0):
             raise InputError(f"assume_ttl_s must be a positive number, not {assume_ttl_s!r}")

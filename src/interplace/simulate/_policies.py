@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from interplace.errors import InputError, is_int
+from interplace.errors import InputError, check_count
 from interplace.placement import MeasuredOverModel, SpeedSource
 from interplace.simulate._sim import GroundTruth, PlacementScheduler
 from interplace.topology import Topology
@@ -74,8 +74,7 @@ def make_scheduler(
     if measured is not None and not isinstance(measured, pd.DataFrame):
         raise InputError(f"measured must be a pandas DataFrame of measured pairs or None, not "
                          f"{type(measured).__name__}")
-    if not is_int(max_per_gpu, 1):
-        raise InputError(f"max_per_gpu must be an integer >= 1, not {max_per_gpu!r}")
+    check_count(max_per_gpu, "max_per_gpu")
     if model is None:
         if name not in MODEL_FREE:
             raise InputError(f"policy {name!r} needs a fitted model")

@@ -15,6 +15,7 @@ from interplace._plot import plain_text
 from interplace.errors import (
     InputError,
     atomic_write,
+    check_count,
     check_seed,
     is_real,
     plain_number,
@@ -24,7 +25,6 @@ from interplace.simulate._policies import MODEL_FREE, SIM_POLICIES, make_schedul
 from interplace.simulate._sim import GroundTruth, SimResult, ground_truth, simulate, truth_file
 from interplace.simulate._workload import (
     SimJob,
-    _check_count,
     assign_types,
     from_trace,
     packaged_philly,
@@ -102,7 +102,7 @@ class SimConfig:
         if not (isinstance(self.topology, str | os.PathLike) and str(self.topology)):
             raise InputError(f"topology must be a built-in name or a file's path, not "
                              f"{self.topology!r}")
-        _check_count("n_jobs", self.n_jobs)
+        check_count(self.n_jobs, "n_jobs")
         if not (is_real(plain_number(self.load)) and self.load > 0):
             raise InputError(f"load must be a positive number, not {self.load!r}")
         check_seed(self.seed)
@@ -135,7 +135,7 @@ def run_workload(config: SimConfig, truth: GroundTruth, max_gpus: int) -> list[S
         raise InputError(f"config must be a SimConfig, not {type(config).__name__}")
     if not isinstance(truth, GroundTruth):
         raise InputError(f"truth must be a GroundTruth, not {type(truth).__name__}")
-    _check_count("max_gpus", max_gpus)
+    check_count(max_gpus, "max_gpus")
     if config.trace not in ("synthetic", "philly"):
         check_trace_format(config.trace_format)
     if config.trace == "synthetic":

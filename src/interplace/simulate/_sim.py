@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from interplace.errors import InputError, check_input_file, check_seed, is_int, is_real
+from interplace.errors import InputError, check_count, check_input_file, check_seed, is_int, is_real
 from interplace.placement import (
     ClusterState,
     Job,
@@ -178,8 +178,7 @@ class PlacementScheduler:
         if not isinstance(self.name, str):
             raise InputError(f"a scheduler's name must be a string, not {self.name!r}")
         for what, value in (("max_per_gpu", self.max_per_gpu), ("num_samples", self.num_samples)):
-            if not is_int(value, 1):
-                raise InputError(f"{what} must be an integer >= 1, not {value!r}")
+            check_count(value, what)
         check_seed(self.seed)
         if self.cache is None:
             self.cache = SpeedCache(self.source, num_samples=self.num_samples, seed=self.seed)
@@ -227,8 +226,7 @@ class SimResult:
     decision_s: list[float]
 
     def __post_init__(self) -> None:
-        if not is_int(self.n_gpus, 1):
-            raise InputError(f"n_gpus must be an integer >= 1, not {self.n_gpus!r}")
+        check_count(self.n_gpus, "n_gpus")
         if not isinstance(self.jobs, dict):
             raise InputError(f"jobs must be a dict of job records, not {type(self.jobs).__name__}")
         for job_id, rec in self.jobs.items():

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from interplace.datasets import JobTrace
-from interplace.errors import InputError, check_seed, is_int, is_real, plain_number
+from interplace.errors import InputError, check_count, check_seed, is_int, is_real, plain_number
 
 __all__ = [
     "SimJob",
@@ -97,12 +97,6 @@ def check_jobs(jobs: object) -> list[SimJob]:
     return out
 
 
-def _check_count(name: str, value: object) -> None:
-    """Refuse ``value`` unless it is an integer >= 1 (``name`` is the argument's)."""
-    if not is_int(value, 1):
-        raise InputError(f"{name} must be an integer >= 1, not {value!r}")
-
-
 def _check_types(name: str, types: object) -> tuple[str, ...]:
     """``types`` as a tuple if it is a non-empty sequence of distinct, non-empty strings
     (``name`` is the argument's); a bare string is no list of types."""
@@ -144,8 +138,8 @@ def from_trace(
     """
     if not isinstance(trace, JobTrace):
         raise InputError(f"trace must be a JobTrace, not {type(trace).__name__}")
-    _check_count("n_jobs", n_jobs)
-    _check_count("max_gpus", max_gpus)
+    check_count(n_jobs, "n_jobs")
+    check_count(max_gpus, "max_gpus")
     if not (is_real(plain_number(load)) and load > 0):
         raise InputError(f"load must be a positive number, not {load!r}")
     table = trace.jobs
@@ -183,11 +177,11 @@ def synthetic(
     >>> [j.gpus for j in synthetic(6, 0)], [j.gpus for j in synthetic(6, 0, max_gpus=2)]
     ([1, 2, 1, 8, 4, 1], [1, 1, 1, 2, 1, 1])
     """
-    _check_count("n_jobs", n_jobs)
+    check_count(n_jobs, "n_jobs")
     check_seed(seed)
     if not (is_real(plain_number(rate_per_h)) and rate_per_h > 0):
         raise InputError(f"arrival rate must be a positive number, not {rate_per_h!r}")
-    _check_count("max_gpus", max_gpus)
+    check_count(max_gpus, "max_gpus")
     counts, p = [1, 2, 4, 8], [0.7, 0.1, 0.1, 0.1]
     if max_gpus < 8:  # the same draws, each count up to max_gpus in the same proportions
         keep = [k for k, g in enumerate(counts) if g <= max_gpus]
