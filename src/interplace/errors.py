@@ -95,9 +95,9 @@ SEED_LIMIT = 2**63
 (torch's takes less than 2^64; a model's predictions also seed with ``seed + 2``)."""
 
 
-def check_count(value: object, what: str) -> int:
-    """``value`` if it is an integer >= 1 (a count: draws, slots, jobs); otherwise an
-    :class:`InputError` naming it as ``what``.
+def check_count(value: object, what: str, low: int = 1) -> int:
+    """``value`` if it is an integer >= ``low`` (a count: draws, slots, jobs; 1 unless
+    said); otherwise an :class:`InputError` naming it as ``what``.
 
     >>> check_count(3, "num_samples")
     3
@@ -105,10 +105,12 @@ def check_count(value: object, what: str) -> int:
     Traceback (most recent call last):
     ...
     interplace.errors.InputError: num_samples must be an integer >= 1, not 0
+    >>> check_count(0, "budget", low=0)
+    0
     """
-    if is_int(value, 1):
+    if is_int(value, low):
         return value
-    raise InputError(f"{what} must be an integer >= 1, not {value!r}")
+    raise InputError(f"{what} must be an integer >= {low}, not {value!r}")
 
 
 def check_seed(seed: object) -> int:

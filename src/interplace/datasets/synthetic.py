@@ -128,7 +128,7 @@ import numpy as np
 import pandas as pd
 
 from interplace.datasets.runs import MODES, CoLocationData
-from interplace.errors import InputError, check_seed, is_int, is_real
+from interplace.errors import InputError, check_count, check_seed, is_real
 
 __all__ = [
     "DEFAULT_NOISE_METRIC",
@@ -253,8 +253,7 @@ def _check_args(
         ("gpus", gpus, 1),
         ("samples_per_run", samples_per_run, 0),
     ):
-        if not is_int(value, low):
-            raise InputError(f"{name} must be an integer >= {low}, not {value!r}")
+        check_count(value, name, low=low)
     check_seed(seed)
     if pairs not in _PAIRS:
         raise InputError(f"pairs must be one of {', '.join(_PAIRS)}, not {pairs!r}")
@@ -411,8 +410,7 @@ def synthetic(
         sigma[m] = float(v)
     if not (is_real(cross_gpu) and 0 <= cross_gpu <= 1):
         raise InputError(f"cross_gpu must be a probability in [0, 1], not {cross_gpu!r}")
-    if not is_int(pair_rank, 0):
-        raise InputError(f"pair_rank must be an integer >= 0, not {pair_rank!r}")
+    check_count(pair_rank, "pair_rank", low=0)
     if not (is_real(pair_scale) and pair_scale >= 0):
         raise InputError(f"pair_scale must be a finite number >= 0, not {pair_scale!r}")
     gpu_ids, gpu_hosts = _placement(gpus, topology)

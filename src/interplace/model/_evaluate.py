@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from interplace.datasets.runs import CoLocationData
-from interplace.errors import InputError, check_seed, is_int, is_real
+from interplace.errors import InputError, check_count, check_seed, is_real
 from interplace.model._data import FamilySpec, device_of, select_mode, subset_runs
 from interplace.model._fit import fit
 from interplace.model._fitted import InterferenceModel, Query, SpeedPosterior
@@ -158,8 +158,7 @@ def cold_split(
     running alone. Returns the training data, the held-out rows and the cold jobs.
     """
     _check_data(data)
-    if not is_int(cold_jobs, 1):
-        raise InputError(f"cold jobs must be an integer >= 1, not {cold_jobs!r}")
+    check_count(cold_jobs, "cold jobs")
     rows = colocated_rows(data)
     candidates = sorted(rows["job"].unique().tolist())
     if cold_jobs >= len(candidates):

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from interplace import __version__
 from interplace._parallel import one_blas_thread, spawn_map
 from interplace.datasets.runs import CoLocationData
-from interplace.errors import InputError, check_seed, is_int, is_real
+from interplace.errors import InputError, check_count, check_seed, is_real
 from interplace.model._cells import measured_pairs
 from interplace.model._coldscale import (
     align_cold_demand,
@@ -1019,9 +1019,8 @@ def fit(
     if not isinstance(data, CoLocationData):
         raise InputError(f"fit needs CoLocationData, not {type(data).__name__}")
     check_seed(seed)
-    for name, value, low in (("steps", steps, 1), ("min_steps", min_steps, 0)):
-        if not is_int(value, low):
-            raise InputError(f"{name} must be an integer >= {low}, not {value!r}")
+    check_count(steps, "steps")
+    check_count(min_steps, "min_steps", low=0)
     if not (is_real(lr) and lr > 0):
         raise InputError(f"lr must be a finite number > 0, not {lr!r}")
     if not (is_real(rel_tol) and rel_tol >= 0):
@@ -1045,16 +1044,14 @@ def fit(
     bad = [r for r in resources if not isinstance(r, str) or not r.strip() or r != r.strip()]
     if bad:  # a name is saved as text and named in Query.shares: 1 came back as "1"
         raise InputError(f"resource names must be non-empty text, not {bad[0]!r}")
-    if not is_int(rank, 0):
-        raise InputError(f"rank must be an integer >= 0, not {rank!r}")
+    check_count(rank, "rank", low=0)
     if not isinstance(measured, bool):
         raise InputError(f"measured must be True or False, not {measured!r}")
-    if restarts is not None and not is_int(restarts, 1):
-        raise InputError(f"restarts must be an integer >= 1, not {restarts!r}")
+    if restarts is not None:
+        check_count(restarts, "restarts")
     if temper is not None and not (is_real(temper) and temper > 0):
         raise InputError(f"temper must be a finite number > 0, not {temper!r}")
-    if not is_int(workers, 1):
-        raise InputError(f"workers must be an integer >= 1, not {workers!r}")
+    check_count(workers, "workers")
     if not isinstance(cold_scale, bool):
         raise InputError(f"cold_scale must be True or False, not {cold_scale!r}")
     if lift_ceilings is not None and not isinstance(lift_ceilings, bool):

@@ -16,6 +16,7 @@ import torch
 from interplace.datasets.runs import CoLocationData
 from interplace.errors import (
     InputError,
+    check_count,
     check_digest,
     check_output_parent,
     check_replaceable_dir,
@@ -232,8 +233,7 @@ _BATCH_DRAW_QUERIES = 2**17
 
 
 def _check_num_samples(num_samples: object) -> None:
-    if not is_int(num_samples, 2):
-        raise InputError(f"num_samples must be an integer >= 2, not {num_samples!r}")
+    check_count(num_samples, "num_samples", low=2)
 
 
 class _Prepared(NamedTuple):
@@ -306,9 +306,7 @@ class InterferenceModel:
             raise InputError(
                 f"a model's full_scale must be a tuple of numbers > 0, not {self.full_scale!r}"
             )
-        k = self.components
-        if not is_int(k, 1):
-            raise InputError(f"components must be an integer >= 1, not {k!r}")
+        k = check_count(self.components, "components")
         lead = (k,) if k > 1 else ()
         if len(self.metrics) != len(self.full_scale):
             raise InputError("metrics and full_scale differ in length")

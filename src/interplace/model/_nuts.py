@@ -50,7 +50,7 @@ import torch
 from pyro.infer import MCMC, NUTS
 from pyro.ops.stats import split_gelman_rubin
 
-from interplace.errors import InputError, is_int
+from interplace.errors import InputError, check_count
 from interplace.model._net import InterferenceNet, constrained, unconstrained
 
 __all__ = ["Nuts"]
@@ -82,10 +82,8 @@ class Nuts:
     max_tree_depth: int = 8
 
     def __post_init__(self) -> None:
-        for name, low in (("chains", 1), ("warmup", 1), ("draws", 1), ("max_tree_depth", 1)):
-            value = getattr(self, name)
-            if not is_int(value, low):
-                raise InputError(f"NUTS {name} must be an integer >= {low}, not {value!r}")
+        for name in ("chains", "warmup", "draws", "max_tree_depth"):
+            check_count(getattr(self, name), f"NUTS {name}")
         if self.max_tree_depth > _MAX_DEPTH:
             raise InputError(
                 f"NUTS max_tree_depth must be at most {_MAX_DEPTH}, not {self.max_tree_depth}"

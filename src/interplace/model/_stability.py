@@ -108,8 +108,8 @@ from interplace.errors import (
     SEED_LIMIT,
     InputError,
     atomic_write,
+    check_count,
     check_seed,
-    is_int,
     is_real,
     prepare_output_dir,
 )
@@ -650,11 +650,10 @@ def _check_options(
         ("steps", steps, 1),
         ("num_samples", num_samples, 10),
     ):
-        if not is_int(value, low):
-            raise InputError(f"{name} must be an integer >= {low}, not {value!r}")
+        check_count(value, name, low=low)
     check_seed(seed)
-    if workers is not None and not is_int(workers, 1):
-        raise InputError(f"workers must be an integer >= 1, not {workers!r}")
+    if workers is not None:
+        check_count(workers, "workers")
     if not (is_real(fraction) and 0 < fraction < 1):
         raise InputError(f"fraction must be in (0, 1), not {fraction!r}")
     if not (is_real(threshold) and threshold > 0):

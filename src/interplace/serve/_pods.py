@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from interplace.errors import InputError, is_int, is_real
+from interplace.errors import InputError, check_count, is_real
 
 __all__ = [
     "ANNOTATION_GPUS",
@@ -85,8 +85,7 @@ class PodRequest:
             if value is not None and (not isinstance(value, str) or not value):
                 raise InputError(f"{who}: {name} must be a non-empty string or None, not "
                                  f"{value!r}")
-        if not is_int(self.gpus, 0):
-            raise InputError(f"{who}: gpus must be an integer >= 0, not {self.gpus!r}")
+        check_count(self.gpus, f"{who}: gpus", low=0)
         c = self.comm_share  # as a placement Job takes it
         if c is not None and not (is_real(c) and 0 <= c < 1):
             raise InputError(f"{who}: comm_share must be in [0, 1) or None, not {c!r}")
@@ -99,9 +98,8 @@ class PodRequest:
         ):
             raise InputError(f"{who}: counters must be a tuple of (metric, number) pairs, not "
                              f"{self.counters!r}")
-        n = self.counter_samples
-        if n is not None and not is_int(n, 1):
-            raise InputError(f"{who}: counter_samples must be an integer >= 1, not {n!r}")
+        if self.counter_samples is not None:
+            check_count(self.counter_samples, f"{who}: counter_samples")
         if not isinstance(self.assigned_gpus, tuple) or not all(
             isinstance(g, str) and g for g in self.assigned_gpus
         ):

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from interplace.datasets import JobTrace
-from interplace.errors import InputError, check_count, check_seed, is_int, is_real, plain_number
+from interplace.errors import InputError, check_count, check_seed, is_real, plain_number
 
 __all__ = [
     "SimJob",
@@ -65,9 +65,7 @@ class SimJob:
         if not (is_real(plain_number(self.arrival_s)) and self.arrival_s >= 0):
             raise InputError(f"job {self.job_id}: arrival must be finite and >= 0, "
                              f"not {self.arrival_s!r}")
-        if not is_int(self.gpus, 1):
-            raise InputError(f"job {self.job_id}: gpus must be an integer >= 1, "
-                             f"not {self.gpus!r}")
+        check_count(self.gpus, f"job {self.job_id}: gpus")
         if not (is_real(plain_number(self.work_s)) and self.work_s > 0):
             raise InputError(f"job {self.job_id}: work must be finite and > 0, "
                              f"not {self.work_s!r}")

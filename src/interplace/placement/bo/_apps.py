@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from interplace.errors import InputError, is_int
+from interplace.errors import InputError, check_count, is_int
 from interplace.placement.bo._space import Choice, Constraint, Int, Point, Space
 
 if TYPE_CHECKING:
@@ -103,8 +103,7 @@ class GpuSplit:
     def __post_init__(self) -> None:
         if not isinstance(self.jobs, tuple) or not self.jobs:
             raise InputError("a GPU split needs at least one job")
-        if not is_int(self.capacity, 0):
-            raise InputError(f"capacity must be an integer >= 0, not {self.capacity!r}")
+        check_count(self.capacity, "capacity", low=0)
         opts = self.options
         if (not isinstance(opts, tuple) or not opts or len(set(opts)) != len(opts)
                 or any(not is_int(o, 0) for o in opts)):
@@ -200,8 +199,7 @@ class CoLocation:
     def __post_init__(self) -> None:
         if not isinstance(self.jobs, tuple) or not self.jobs:
             raise InputError("a co-location needs at least one job")
-        if not is_int(self.gpus, 1):
-            raise InputError(f"gpus must be an integer >= 1, not {self.gpus!r}")
+        check_count(self.gpus, "gpus")
         if self.weights is not None and (
                 len(self.weights) != len(self.jobs)
                 or any(not math.isfinite(w) or w < 0 for w in self.weights)):

@@ -11,7 +11,14 @@ from typing import Any
 
 import numpy as np
 
-from interplace.errors import InputError, check_seed, first_line, is_int, is_real, plain_number
+from interplace.errors import (
+    InputError,
+    check_count,
+    check_seed,
+    first_line,
+    is_real,
+    plain_number,
+)
 from interplace.placement.bo._space import Float, Int, Point, Space
 from interplace.placement.bo._trials import Trial, TrialsFile
 
@@ -76,10 +83,10 @@ class Tuner:
         if not isinstance(space, Space):
             raise InputError(f"space must be a Space, not {type(space).__name__}")
         check_seed(seed)
-        if n_init is not None and not is_int(n_init, 1):
-            raise InputError(f"n_init must be an integer >= 1, not {n_init!r}")
-        if budget is not None and not is_int(budget, 0):
-            raise InputError(f"budget must be an integer >= 0, not {budget!r}")
+        if n_init is not None:
+            check_count(n_init, "n_init")
+        if budget is not None:
+            check_count(budget, "budget", low=0)
         self.space = space
         self.maximize = bool(maximize)
         self.seed = seed
@@ -154,8 +161,7 @@ class Tuner:
         no repeats); after that, and once two trials succeeded, the GP's acquisition picks
         them. Every point is inside the space and satisfies its constraints.
         """
-        if not is_int(n, 1):
-            raise InputError(f"n must be an integer >= 1, not {n!r}")
+        check_count(n, "n")
         if self.remaining is not None:
             n = min(n, self.remaining)
         out: list[Point] = []
@@ -391,10 +397,8 @@ def _optimize(objective: Callable[[Point], object], space: Space, budget: int, s
               maximize: bool, n_init: int | None, batch: int, noisy: bool,
               catch: tuple[type[BaseException], ...], out: str | os.PathLike[str] | None,
               ) -> Result:
-    if not is_int(budget, 0):
-        raise InputError(f"budget must be an integer >= 0, not {budget!r}")
-    if not is_int(batch, 1):
-        raise InputError(f"batch must be an integer >= 1, not {batch!r}")
+    check_count(budget, "budget", low=0)
+    check_count(batch, "batch")
     kw: dict[str, Any] = {"maximize": maximize, "seed": seed, "n_init": n_init,
                           "noisy": noisy, "budget": budget}
     tuner = Tuner.from_trials(out, space, **kw) if out is not None else Tuner(space, **kw)
